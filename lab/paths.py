@@ -1,0 +1,15 @@
+"""Where things live: the repository, the shipped artifacts and the gitignored cache."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = ROOT / "data"          # small shipped artifacts (token ids, drafts, manifests, results)
+FIGURES_DIR = ROOT / "figures"
+CACHE_DIR = Path(os.environ.get("LAB_CACHE", ROOT / ".cache"))  # big rebuildable caches, gitignored
+
+
+def fast_mode() -> bool:
+    """`LAB_FAST=1` shrinks every notebook's and command's sizes so CI can run them all."""
+    return os.environ.get("LAB_FAST", "0") not in ("", "0", "false", "False")

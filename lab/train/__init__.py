@@ -1,0 +1,1 @@
+"""Training-side jobs: regenerating the training set with the target, distilling drafts."""

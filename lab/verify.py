@@ -1,0 +1,75 @@
+"""Reference verification rules: the readable definition that every kernel must match.
+
+All randomness comes in as explicit tensors:
+  * `uniforms[i]` decides whether draft i is accepted: accept x iff q(x) > 0 and u*q(x) < p(x).
+    This is min(1, p/q) without a division, with a strict comparison so that u = 0 never
+    accepts a token the target gives zero probability.
+  * `noise` (Exp(1) samples, one per vocabulary entry) drives the single extra draw per
+    cycle, a residual token after a rejection or a bonus token after full acceptance, by an
+    exponential race: argmax_v w(v)/E(v) picks v with probability w(v)/sum(w), so the
+    residual max(0, p - q) never has to be normalised.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ChainResult:
+    n_accepted: int        # drafts accepted, 0..K
+    tokens: list[int]      # accepted drafts followed by one corrected or bonus token
+
+
+def race(weights: torch.Tensor, noise: torch.Tensor) -> int:
+    """Sample from weights/sum(weights) given Exp(1) noise: argmax of weights/noise.
+    torch.argmax returns the first maximum, so ties go to the lowest token id."""
+    return int(torch.argmax(weights / noise))
+
+
+def _check_rows(name: str, t: torch.Tensor) -> None:
+    if torch.isnan(t).any():
+        raise ValueError(f"NaN in {name}: a probability row is invalid; check the logits that produced it")
+
+
+def verify_chain_greedy(draft: list[int], target_argmax: list[int]) -> ChainResult:
+    """Temperature 0: accept drafts while they equal the target's argmax; then emit the
+    target's own token (a correction, or the bonus when all K drafts matched)."""
+    if len(target_argmax) != len(draft) + 1:
+        raise ValueError(f"need K+1 = {len(draft) + 1} target tokens, got {len(target_argmax)}")
+    n = 0
+    while n < len(draft) and draft[n] == target_argmax[n]:
+        n += 1
+    return ChainResult(n, list(draft[:n]) + [int(target_argmax[n])])
+
+
+def verify_chain(draft: list[int], q: torch.Tensor | None, p: torch.Tensor,
+                 uniforms: torch.Tensor, noise: torch.Tensor) -> ChainResult:
+    """Stochastic chain verification (Leviathan et al.; Chen et al.).
+
+    draft [K] token ids; q [K, V] the draft's probabilities that the drafts were sampled
+    from, or None for one-hot drafts (q(x) = 1); p [K+1, V] the target's probabilities
+    (row K is the bonus distribution); uniforms [K]; noise [V] Exp(1).
+    """
+    k = len(draft)
+    if p.shape[0] != k + 1 or uniforms.shape[0] < k or noise.shape[-1] != p.shape[-1]:
+        raise ValueError(f"shapes disagree: K={k}, p {tuple(p.shape)}, uniforms {tuple(uniforms.shape)}, "
+                         f"noise {tuple(noise.shape)}")
+    _check_rows("p", p)
+    if q is not None:
+        _check_rows("q", q)
+    for i, x in enumerate(draft):
+        qx = 1.0 if q is None else q[i, x]
+        if qx > 0 and uniforms[i] * qx < p[i, x]:
+            continue
+        # rejected: draw from the residual max(0, p - q), never normalised
+        if q is None:
+            residual = p[i].clone()
+            residual[x] = 0.0
+        else:
+            residual = torch.clamp(p[i] - q[i], min=0.0)
+        if not bool((residual > 0).any()):  # p == q (or p concentrated on x): fall back to p
+            residual = p[i]
+        return ChainResult(i, list(draft[:i]) + [race(residual, noise)])
+    return ChainResult(k, list(draft) + [race(p[k], noise)])
