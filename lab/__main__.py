@@ -6,21 +6,128 @@ import sys
 
 from .errors import LabError
 
+ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[34m", "target": ""}
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
+    p.add_argument("--draft-len", type=int, default=4, help="drafts per cycle (default 4)")
+    p.add_argument("--draft-layers", type=int, default=2, choices=[1, 2, 4],
+                   help="which shipped draft `sd` uses (default 2)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", choices=["smollm2", "tiny"], default="smollm2",
+                   help="`tiny` is a random 2-layer Llama for smoke tests (its draft is untrained)")
+
+
+def _load(args: argparse.Namespace, need_draft: bool):
+    from .models import load_draft, load_target, load_tokenizer, make_draft, tiny_target
+    from .sampling import Sampling
+    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.draft_len < 0:
+        raise LabError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --draft-len >= 0")
+    tokenizer = load_tokenizer()
+    if args.target == "tiny":
+        target = tiny_target(0)
+        draft = make_draft(target, 1) if need_draft else None
+    else:
+        target = load_target()
+        draft = load_draft(target, args.draft_layers) if need_draft else None
+    return target, draft, tokenizer, Sampling(args.temperature, args.top_k, args.top_p)
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from .bench import METHODS, Setup, format_table, run_bench
+    from .data import load_prompts, prompts_file
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+    prompts = prompts_file(args.prompts, args.limit) if args.prompts else load_prompts(args.dataset, args.limit)
+    target, draft, tokenizer, sampling = _load(args, need_draft=any(m in ("sd", "hf-assisted") for m in methods))
+    setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
+    config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
+    result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
+    print(format_table(result))
+    if args.figure:
+        from .plots import plot_bench
+        plot_bench(result, args.figure)
+        print(f"figure written to {args.figure}")
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from .data import chat_ids
+    from .decode import decode
+    from .drafters import ModelDraft, NoDraft
+    from .engine import Engine
+    target, draft, tokenizer, sampling = _load(args, need_draft=args.method == "sd")
+    drafter = ModelDraft(draft) if args.method == "sd" else NoDraft()
+    tokens: list[int] = []
+    printed = ""
+
+    def show(new: list[int], origins: list[str]) -> None:
+        nonlocal printed
+        for token, origin in zip(new, origins):
+            tokens.append(token)
+            text = tokenizer.decode(tokens, skip_special_tokens=True)
+            piece, printed = text[len(printed):], text
+            colour = "" if args.no_color else ORIGIN_COLOURS[origin]
+            print(f"{colour}{piece}\033[0m" if colour else piece, end="", flush=True)
+
+    result = decode(Engine(target), drafter, chat_ids(tokenizer, args.prompt), args.max_new_tokens, sampling,
+                    args.draft_len, args.seed, tokenizer.eos_token_id, on_tokens=show)
+    print()
+    legend = "" if args.no_color else "  (green: accepted draft, red: corrected by target, blue: bonus)"
+    print(f"[{args.method}] {len(result.tokens)} tokens in {result.seconds:.2f} s, "
+          f"{len(result.tokens) / result.seconds:.1f} tok/s, tau {result.tau:.2f}{legend}", file=sys.stderr)
+
 
 def _data(args: argparse.Namespace) -> None:
     from .train.regen import DEFAULT_TOKENS, build
     print(build(tokens=args.tokens or DEFAULT_TOKENS))
 
 
+def _train(args: argparse.Namespace) -> None:
+    from .train.distill import train_draft
+    print(train_draft(args.layers, args.minutes, batch=args.batch, lr=args.lr, resume=args.resume))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
+    bench = sub.add_parser("bench", help="compare decoding methods on a dataset; prints a table")
+    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,hf,hf-assisted,hf-pld")
+    bench.add_argument("--dataset", default="mt_bench", help="mt_bench, humaneval or sharegpt")
+    bench.add_argument("--prompts", default=None, help="JSONL file with one {\"prompt\": ...} per line")
+    bench.add_argument("--limit", type=int, default=10)
+    bench.add_argument("--json", default=None, help="write the full results here")
+    bench.add_argument("--figure", default=None, help="write a speed/tau figure here (PNG)")
+    _add_sampling(bench)
+    bench.set_defaults(run=_bench)
+
+    gen = sub.add_parser("generate", help="stream one answer, coloured by token origin")
+    gen.add_argument("prompt")
+    gen.add_argument("--method", choices=["ar", "sd"], default="sd")
+    gen.add_argument("--no-color", action="store_true")
+    _add_sampling(gen)
+    gen.set_defaults(run=_generate)
+
     data = sub.add_parser("data", help="build the regenerated ShareGPT training set")
     data.add_argument("action", choices=["build"])
     data.add_argument("--tokens", type=int, default=None,
-                      help="training response tokens to reach (default 150000, about 20 minutes on 2 cores)")
+                      help="training response tokens to reach (default 150000, about 25 minutes on 2 cores)")
     data.set_defaults(run=_data)
+
+    train = sub.add_parser("train", help="distil a draft model from the target")
+    train.add_argument("what", choices=["draft"])
+    train.add_argument("--layers", type=int, required=True)
+    train.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget (default 6)")
+    train.add_argument("--batch", type=int, default=8)
+    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--resume", action="store_true")
+    train.set_defaults(run=_train)
 
     args = parser.parse_args(argv)
     try:

