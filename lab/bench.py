@@ -74,7 +74,7 @@ def _hf(setup: Setup, method: str) -> Runner:
     def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
         torch.manual_seed(prompt_seed(setup.seed, index))  # generate samples from the global RNG
         before, start = calls[0], time.perf_counter()
-        out = setup.target.generate(torch.tensor([prompt]), **assistant,
+        out = setup.target.generate(torch.tensor([prompt], device=setup.target.device), **assistant,
                                     **{**kwargs, "max_new_tokens": max_new_tokens})
         seconds = time.perf_counter() - start
         tokens = out[0, len(prompt):].tolist()

@@ -62,7 +62,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
         drafts, q = drafter.propose(context, k, sampling, rng)
-        logits = target.forward([context[-1]] + drafts).logits
+        logits = target.forward([context[-1]] + drafts).logits.cpu()  # verification runs on the CPU
         if sampling.greedy:
             top2 = torch.topk(logits, 2, dim=-1)
             verdict = verify_chain_greedy(drafts, top2.indices[:, 0].tolist())

@@ -50,7 +50,7 @@ class ModelDraft:
         while common < limit and self.cached[common] == context[common]:
             common += 1
         self.engine.crop(common)
-        logits = self.engine.forward(context[common:], last_only=True).logits[-1]
+        logits = self.engine.forward(context[common:], last_only=True).logits[-1].cpu()
         self.cached = list(context)
         return logits
 

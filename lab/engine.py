@@ -48,18 +48,19 @@ class Engine:
         last_only: compute logits for the last position only (prefill, drafting); the
         49k-way LM head over a whole prompt would otherwise cost more than the layers.
         """
-        ids = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1)
+        device = self.model.device
+        ids = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1).to(device)
         n = ids.shape[1]
         kwargs = {}
         if mask is not None:
             allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool), mask.bool()], dim=1)
             float_mask = torch.zeros(allowed.shape, dtype=self.model.dtype)
             float_mask.masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
-            kwargs["attention_mask"] = float_mask[None, None]
+            kwargs["attention_mask"] = float_mask[None, None].to(device)
         if positions is None:
             positions = torch.arange(self.length, self.length + n)
         out = self.model(input_ids=ids, cache=self.cache, use_cache=True,
-                         position_ids=positions.reshape(1, -1), output_hidden_states=bool(hidden_layers),
+                         position_ids=positions.reshape(1, -1).to(device), output_hidden_states=bool(hidden_layers),
                          logits_to_keep=1 if last_only else 0, **kwargs)
         self.length += n
         self.forwards += 1
@@ -76,7 +77,8 @@ class Engine:
         """Compact the cache: keep positions [0, start) plus start + indices (an accepted
         tree path), in that order. Each layer's keys and values are index-selected."""
         index = torch.cat([torch.arange(start), start + torch.as_tensor(indices, dtype=torch.long)])
+        index = index.to(self.model.device)
         for layer in self.cache.layers:
             layer.keys = layer.keys.index_select(-2, index)
             layer.values = layer.values.index_select(-2, index)
-        self.length = len(index)
+        self.length = int(index.numel())

@@ -32,7 +32,7 @@ MAX_PROMPT_TOKENS = 384
 MAX_NEW_TOKENS = 160
 SHARD_PROMPTS = 64
 BATCH = 32
-DEFAULT_TOKENS = 150_000
+DEFAULT_TOKENS = 100_000
 REGEN_DIR = DATA_DIR / "regen"
 SHARD_DIR = CACHE_DIR / "regen"
 
@@ -88,18 +88,19 @@ def _regenerate(model, batch: list[tuple[str, list[int]]], eos: int) -> list[Rec
     return records
 
 
-def _save_shard(path: Path, records: list[Record]) -> None:
+def _save_shard(path: Path, records: list[Record], seconds: float) -> None:
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            np.savez(f, ids=np.array([r.id for r in records]),
+            np.savez(f, ids=np.array([r.id for r in records]), seconds=np.array(seconds),
                      prompts=np.array([np.array(r.prompt, np.uint16) for r in records], dtype=object),
                      responses=np.array([np.array(r.response, np.uint16) for r in records], dtype=object))
     atomic_write(path, write)
 
 
-def _load_shard(path: Path) -> list[Record]:
+def _load_shard(path: Path) -> tuple[list[Record], float | None]:
     z = np.load(path, allow_pickle=True)
-    return [Record(str(i), p.tolist(), r.tolist()) for i, p, r in zip(z["ids"], z["prompts"], z["responses"])]
+    records = [Record(str(i), p.tolist(), r.tolist()) for i, p, r in zip(z["ids"], z["prompts"], z["responses"])]
+    return records, (float(z["seconds"]) if "seconds" in z else None)
 
 
 def build(tokens: int = DEFAULT_TOKENS) -> Path:
@@ -109,8 +110,11 @@ def build(tokens: int = DEFAULT_TOKENS) -> Path:
     order = ordered_prompts(tokenizer)
     SHARD_DIR.mkdir(parents=True, exist_ok=True)
     records: list[Record] = []
+    shard_seconds: list[float | None] = []
     for shard in sorted(SHARD_DIR.glob("shard_*.npz")):
-        records += _load_shard(shard)
+        loaded, seconds = _load_shard(shard)
+        records += loaded
+        shard_seconds.append(seconds)
     started, done = time.time(), len(records)
     def train_tokens() -> int:
         return sum(len(r.response) for r in records[HELDOUT_PROMPTS:])
@@ -122,21 +126,24 @@ def build(tokens: int = DEFAULT_TOKENS) -> Path:
             break
         assert len(records) % SHARD_PROMPTS == 0, "shards always hold SHARD_PROMPTS prompts"
         todo = order[len(records): len(records) + SHARD_PROMPTS]
+        shard_start = time.time()
         todo_by_length = sorted(todo, key=lambda item: len(item[1]))  # less padding per batch
         new = []
         for start in range(0, len(todo_by_length), BATCH):
             new += _regenerate(model, todo_by_length[start: start + BATCH], tokenizer.eos_token_id)
         by_id = {r.id: r for r in new}
         new = [by_id[pid] for pid, _ in todo]  # back to the fixed order
-        _save_shard(SHARD_DIR / f"shard_{len(records) // SHARD_PROMPTS:05d}.npz", new)
+        shard_seconds.append(time.time() - shard_start)
+        _save_shard(SHARD_DIR / f"shard_{len(records) // SHARD_PROMPTS:05d}.npz", new, shard_seconds[-1])
         records += new
         bar.n = train_tokens()
         bar.refresh()
     bar.close()
-    return pack(records, tokens, time.time() - started, len(records) - done)
+    return pack(records, tokens, time.time() - started, len(records) - done, shard_seconds)
 
 
-def pack(records: list[Record], tokens: int, seconds: float, new_prompts: int) -> Path:
+def pack(records: list[Record], tokens: int, seconds: float, new_prompts: int,
+         shard_seconds: list[float | None]) -> Path:
     """Write data/regen/sharegpt_smollm2.npz (uint16 ids) and its manifest."""
     sequences = [r.prompt + r.response for r in records]
     offsets = np.cumsum([0] + [len(s) for s in sequences]).astype(np.int64)
@@ -164,6 +171,8 @@ def pack(records: list[Record], tokens: int, seconds: float, new_prompts: int) -
         "total_tokens_with_prompts": int(offsets[-1]),
         "ended_with_eos_fraction": float(np.mean([r.response[-1] == 2 for r in records])),
         "this_run": {"new_prompts": new_prompts, "wall_seconds": round(seconds, 1)},
+        # generation time of every shard (null for shards written before timings were kept)
+        "shard_generation_seconds": [None if t is None else round(t, 1) for t in shard_seconds],
     })
     return path
 

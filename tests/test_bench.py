@@ -1,0 +1,24 @@
+"""Greedy identity bookkeeping: a mismatch is located and classified by ar's top-2 gap."""
+from lab.bench import TIE_GAP, _mismatch
+from lab.decode import DecodeResult
+
+
+def ar_row(tokens, gaps):
+    return DecodeResult(tokens=tokens, top2_gaps=gaps)
+
+
+def test_identical_rows_have_no_mismatch():
+    assert _mismatch([1, 2, 3], ar_row([1, 2, 3], [1.0, 1.0, 1.0])) is None
+
+
+def test_mismatch_at_a_near_tie_is_a_numerical_tie():
+    m = _mismatch([1, 5, 6], ar_row([1, 2, 3], [1.0, TIE_GAP / 2, 1.0]))
+    assert m == {"position": 1, "ar_top2_gap": TIE_GAP / 2, "numerical_tie": True}
+
+
+def test_mismatch_with_a_clear_gap_is_a_bug():
+    assert _mismatch([9], ar_row([1], [0.3]))["numerical_tie"] is False
+
+
+def test_a_shorter_row_is_a_mismatch():
+    assert _mismatch([1, 2], ar_row([1, 2, 3], [1.0, 1.0, 1.0]))["position"] == 2
