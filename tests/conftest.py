@@ -4,6 +4,11 @@ import warnings
 import pytest
 import torch
 
+# Triton kernels run in the CPU interpreter when there is no GPU. This must be set before
+# anything imports triton, so it lives here, at the top of the test session.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 warnings.filterwarnings("ignore", category=FutureWarning)
 
