@@ -35,3 +35,19 @@ def simulate_chain(p: torch.Tensor, q: torch.Tensor, n: int, seed: int,
             second[r.tokens[1]] += 1
         lengths[i] = len(r.tokens)
     return Simulation(first, second, lengths)
+
+
+def simulate_tree(tokens: list[int], parents: list[int], p: torch.Tensor, n: int, seed: int,
+                  verify: Callable | None = None) -> Simulation:
+    """Run `n` independent verifications of a fixed draft tree (p [N, V] per node)."""
+    from .verify import verify_tree
+    verify = verify or verify_tree
+    rng, v = RandomStream(seed), p.shape[-1]
+    first, second, lengths = np.zeros(v), np.zeros(v), np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        r = verify(tokens, parents, p, rng.uniforms(len(tokens)), rng.exponential(v))
+        first[r.tokens[0]] += 1
+        if len(r.path) > 1:
+            second[r.tokens[1]] += 1
+        lengths[i] = len(r.tokens)
+    return Simulation(first, second, lengths)

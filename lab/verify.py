@@ -73,3 +73,65 @@ def verify_chain(draft: list[int], q: torch.Tensor | None, p: torch.Tensor,
             residual = p[i]
         return ChainResult(i, list(draft[:i]) + [race(residual, noise)])
     return ChainResult(k, list(draft) + [race(p[k], noise)])
+
+
+@dataclass(frozen=True)
+class TreeResult:
+    path: list[int]        # accepted node indices, root (node 0) first
+    tokens: list[int]      # tokens of the accepted non-root nodes, then one residual or bonus token
+
+
+def children_of(parents: list[int]) -> list[list[int]]:
+    """Children of every node in node order (the drafter's top-k order)."""
+    children: list[list[int]] = [[] for _ in parents]
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            children[parent].append(node)
+    return children
+
+
+def verify_tree_greedy(tokens: list[int], parents: list[int], target_argmax: list[int]) -> TreeResult:
+    """Temperature 0 on a draft tree: from the root, follow the child whose token is the
+    target's argmax at the current node; emit the target's argmax at the last node reached."""
+    children, node, path = children_of(parents), 0, [0]
+    while True:
+        nxt = next((c for c in children[node] if tokens[c] == target_argmax[node]), None)
+        if nxt is None:
+            return TreeResult(path, [tokens[i] for i in path[1:]] + [int(target_argmax[node])])
+        node = nxt
+        path.append(node)
+
+
+def verify_tree(tokens: list[int], parents: list[int], p: torch.Tensor, uniforms: torch.Tensor,
+                noise: torch.Tensor) -> TreeResult:
+    """Stochastic verification of a tree of deterministic (top-k, one-hot) drafts, EAGLE's rule.
+
+    Node 0 is the root (the last committed token); p [N, V] is the target's distribution after
+    each node; uniforms [N] (one per node, used when that node is tried); noise [V] Exp(1) for
+    the single final draw. At the current node the children are tried in order: child x is
+    accepted iff p'(x) > 0 and u * mass < p'(x), where p' is p with the rejected siblings zeroed and mass the
+    probability left (1 minus the rejected siblings'), i.e. with probability p'(x)/mass. On
+    rejection p'(x) = 0 and mass -= p(x). If every child fails, the token is raced from p'
+    (from p if p' is all zero); after an accepted leaf, the bonus is raced from p at the leaf.
+    """
+    if p.shape[0] != len(tokens) or len(parents) != len(tokens) or uniforms.shape[0] < len(tokens):
+        raise ValueError(f"tree of {len(tokens)} nodes needs p [N, V], parents [N], uniforms [N]; got "
+                         f"p {tuple(p.shape)}, {len(parents)} parents, uniforms {tuple(uniforms.shape)}")
+    _check_rows("p", p)
+    children, node, path = children_of(parents), 0, [0]
+    while children[node]:
+        remaining, mass = p[node].clone(), torch.tensor(1.0)
+        for child in children[node]:
+            x = tokens[child]
+            # remaining[x] > 0 first: after float subtractions the mass can end a hair below
+            # zero, and u * mass < 0 would then accept a token the target never emits
+            if remaining[x] > 0 and uniforms[child] * mass < remaining[x]:
+                node = child
+                path.append(node)
+                break
+            mass = mass - remaining[x]
+            remaining[x] = 0.0
+        else:  # every child rejected: draw from what is left
+            weights = remaining if bool((remaining > 0).any()) else p[node]
+            return TreeResult(path, [tokens[i] for i in path[1:]] + [race(weights, noise)])
+    return TreeResult(path, [tokens[i] for i in path[1:]] + [race(p[node], noise)])

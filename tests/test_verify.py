@@ -89,7 +89,8 @@ def wrong_residual_verify_chain(draft, q, p, uniforms, noise):
 def chi2_pvalue(counts, probs):
     probs = np.asarray(probs, dtype=np.float64)
     keep = probs > 0
-    assert counts[~keep].sum() == 0, "a token of zero target probability was emitted"
+    if counts[~keep].sum() > 0:
+        return 0.0  # a token of zero target probability was emitted: impossible if lossless
     expected = probs[keep] / probs[keep].sum() * counts.sum()
     return chisquare(counts[keep], expected).pvalue
 
