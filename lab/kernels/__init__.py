@@ -5,5 +5,6 @@ bit. This package imports nothing from transformers, so it runs on a GPU machine
 On a CPU, set TRITON_INTERPRET=1 before importing it (tests/conftest.py does).
 """
 from .chain import verify_chain_batched, verify_chain_greedy_batched
+from .tree import verify_tree_batched, verify_tree_greedy_batched
 
-__all__ = ["verify_chain_batched", "verify_chain_greedy_batched"]
+__all__ = ["verify_chain_batched", "verify_chain_greedy_batched", "verify_tree_batched", "verify_tree_greedy_batched"]
