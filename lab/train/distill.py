@@ -25,6 +25,12 @@ from ..paths import CACHE_DIR, DATA_DIR
 from .regen import REGEN_DIR, load_regen
 
 MAX_LEN = 384  # tokens per training sequence: the response and as much prompt as fits
+CHECKPOINT_SECONDS = 60
+
+
+def _finish_checkpoint(path: Path) -> None:
+    """A finished run's checkpoint is no longer needed (the result is written)."""
+    path.unlink(missing_ok=True)
 
 
 def _batch(seqs: list[tuple[np.ndarray, int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -66,24 +72,29 @@ def top1_agreement(model, seqs: list[tuple[np.ndarray, int]], pad: int, batch: i
 
 
 def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 5e-4, seed: int = 0,
-                resume: bool = False, out: Path | None = None) -> Path:
+                resume: bool = False, out: Path | None = None, target=None, data=None,
+                max_steps: int | None = None) -> Path:
+    """Distil an `n_layers` draft for `minutes` of wall time (or `max_steps`), write it in fp16
+    with its manifest to `out` (default data/drafts/). `target` and `data` default to the real
+    target and the shipped regenerated set (tests pass small ones)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    target = load_target()
+    target = target if target is not None else load_target()
     for param in target.parameters():
         param.requires_grad_(False)
-    data = load_regen()
+    data = data if data is not None else load_regen()
     train, heldout = data.sequences("train"), data.sequences("heldout")
     pad = target.config.eos_token_id
     draft = make_draft(target, n_layers)
     params = [p for p in draft.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    ckpt = CACHE_DIR / "checkpoints" / f"draft_{n_layers}l.pt"
+    out = out or draft_path(n_layers)
+    ckpt = CACHE_DIR / "checkpoints" / (out.stem + ".pt")
     step, spent, losses = 0, 0.0, []
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         if state["n_layers"] != n_layers or state["hidden"] != target.config.hidden_size:
-            raise LabError(f"{ckpt} is for a different draft shape: delete it or drop --resume")
+            raise LabError(f"{ckpt} is for a different target or draft shape: delete it or drop --resume")
         draft.load_state_dict(state["model"], strict=False)
         optim.load_state_dict(state["optim"])
         step, spent, losses = state["step"], state["spent"], state["losses"]
@@ -93,7 +104,7 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 5e-4,
     draft.train()
     bar = tqdm(total=round(budget), initial=round(spent), desc=f"draft {n_layers}L", unit="s")
     last_ckpt = time.perf_counter()
-    while spent < budget:
+    while spent < budget and (max_steps is None or step < max_steps):
         t0 = time.perf_counter()
         # linear warm-up over 20 steps, then cosine decay over the time budget
         scale = min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
@@ -109,7 +120,7 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 5e-4,
         spent += time.perf_counter() - t0
         bar.n = round(spent)
         bar.set_postfix(step=step, loss=f"{np.mean(losses[-20:]):.3f}")
-        if time.perf_counter() - last_ckpt > 60:
+        if time.perf_counter() - last_ckpt >= CHECKPOINT_SECONDS:
             atomic_write(ckpt, lambda tmp: torch.save(
                 {"n_layers": n_layers, "hidden": target.config.hidden_size, "model": draft_own_state(draft),
                  "optim": optim.state_dict(), "step": step, "spent": spent, "losses": losses,
@@ -117,7 +128,6 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 5e-4,
             last_ckpt = time.perf_counter()
     bar.close()
     draft.eval()
-    out = out or draft_path(n_layers)
     atomic_write(out, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},
                                             str(tmp)))
     regen_manifest = (REGEN_DIR / "manifest.json")
@@ -134,9 +144,10 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 5e-4,
         "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch,
                       "max_len": MAX_LEN, "grad_clip": 1.0, "schedule": "20-step warm-up, cosine over the budget"},
         "budget_minutes": minutes, "steps": step, "wall_seconds": round(spent, 1),
+        "max_steps": max_steps,
         "loss_first_20": round(float(np.mean(losses[:20])), 4), "loss_last_20": round(float(np.mean(losses[-20:])), 4),
         "heldout_top1_agreement_before": agreement_before,
         "heldout_top1_agreement": top1_agreement(draft, heldout, pad),
     })
-    ckpt.unlink(missing_ok=True)
+    _finish_checkpoint(ckpt)
     return out
