@@ -19,6 +19,8 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--kernel", choices=["torch", "triton"], default=None,
+                   help="verification: torch reference or Triton kernels (default: triton on a GPU, torch on CPU)")
     p.add_argument("--target", choices=["smollm2", "tiny"], default="smollm2",
                    help="`tiny` is a random 2-layer Llama for smoke tests (its draft is untrained)")
 
@@ -52,7 +54,7 @@ def _bench(args: argparse.Namespace) -> None:
         raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
     prompts = prompts_file(args.prompts, args.limit) if args.prompts else load_prompts(args.dataset, args.limit)
     target, draft, tokenizer, sampling = _load(args, need_draft=any(m in ("sd", "hf-assisted") for m in methods))
-    setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
+    setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, args.kernel)
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
     result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
@@ -82,7 +84,7 @@ def _generate(args: argparse.Namespace) -> None:
             print(f"{colour}{piece}\033[0m" if colour else piece, end="", flush=True)
 
     result = decode(Engine(target), drafter, chat_ids(tokenizer, args.prompt), args.max_new_tokens, sampling,
-                    args.draft_len, args.seed, tokenizer.eos_token_id, on_tokens=show)
+                    args.draft_len, args.seed, tokenizer.eos_token_id, on_tokens=show, kernel=args.kernel)
     print()
     legend = "" if args.no_color else "  (green: accepted draft, red: corrected by target, blue: bonus)"
     print(f"[{args.method}] {len(result.tokens)} tokens in {result.seconds:.2f} s, "

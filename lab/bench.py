@@ -16,7 +16,7 @@ import torch
 
 from .artifacts import machine, write_json
 from .data import Prompt, chat_ids, load_prompts, prompts_file
-from .decode import DecodeResult, decode
+from .decode import DecodeResult, decode, resolve_kernel
 from .drafters import ModelDraft, NoDraft
 from .engine import Engine
 from .errors import LabError
@@ -36,6 +36,7 @@ class Setup:
     max_new_tokens: int
     draft_len: int
     seed: int
+    kernel: str | None = None  # verification: torch reference or triton (None: triton on a GPU)
 
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
@@ -46,7 +47,7 @@ def _ours(setup: Setup, drafter) -> Runner:
 
     def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
         return decode(engine, drafter, prompt, max_new_tokens, setup.sampling, setup.draft_len,
-                      prompt_seed(setup.seed, index), setup.tokenizer.eos_token_id)
+                      prompt_seed(setup.seed, index), setup.tokenizer.eos_token_id, kernel=setup.kernel)
     return run
 
 
@@ -97,10 +98,12 @@ def make_runner(setup: Setup, method: str) -> Runner:
 
 
 def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
+    kernel = resolve_kernel(setup.kernel, setup.target.device)
     if method == "ar":
-        return {"loop": "lab.decode"}
+        return {"loop": "lab.decode", "verification_kernel": kernel}
     if method == "sd":
-        return {"loop": "lab.decode", "draft_len": setup.draft_len, "draft_layers": draft_layers}
+        return {"loop": "lab.decode", "verification_kernel": kernel, "draft_len": setup.draft_len,
+                "draft_layers": draft_layers}
     settings = {k: v for k, v in _hf_settings(setup, method).items() if k not in ("eos_token_id", "pad_token_id")}
     if method == "hf-assisted":
         settings["assistant"] = f"the sd draft ({draft_layers} layers)"

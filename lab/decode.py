@@ -7,6 +7,7 @@ tau = new tokens / verification forwards (prefill excluded) is 1 for AR exactly.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -14,8 +15,11 @@ from typing import Callable
 import torch
 
 from .engine import Engine
+from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
-from .verify import verify_chain, verify_chain_greedy
+from .verify import ChainResult, verify_chain, verify_chain_greedy
+
+KERNELS = ("torch", "triton")
 
 
 @dataclass
@@ -43,13 +47,52 @@ def _count_positions(result: DecodeResult, k: int, n: int) -> None:
         result.accepted_by_position[i] += int(i < n)
 
 
+def resolve_kernel(kernel: str | None, device: torch.device) -> str:
+    """Which verification runs: `triton` (lab/kernels) by default on a GPU, the `torch`
+    reference (lab/verify.py) on a CPU. Triton on a CPU needs its interpreter."""
+    if kernel is None:
+        return "triton" if device.type == "cuda" else "torch"
+    if kernel not in KERNELS:
+        raise LabError(f"unknown kernel {kernel!r}: choose torch or triton")
+    if kernel == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise LabError("the triton kernel needs a GPU; on a CPU set TRITON_INTERPRET=1 (slow, for checking only)")
+    return kernel
+
+
+def _verify(kernel: str, drafts: list[int], q: torch.Tensor | None, logits: torch.Tensor, sampling: Sampling,
+            rng: RandomStream) -> ChainResult:
+    """One chain verification, by the reference or by the Triton kernel (same random inputs,
+    so the same result bit for bit)."""
+    if kernel == "torch":
+        logits = logits.cpu()
+        if sampling.greedy:
+            return verify_chain_greedy(drafts, logits.argmax(-1).tolist())
+        p = probabilities(logits, sampling)
+        return verify_chain(drafts, q, p, rng.uniforms(len(drafts)), rng.exponential(p.shape[-1]))
+    from .kernels import verify_chain_batched, verify_chain_greedy_batched
+    device = logits.device
+    d = torch.tensor([drafts], dtype=torch.long, device=device).reshape(1, len(drafts))
+    if sampling.greedy:
+        n, tokens = verify_chain_greedy_batched(d, logits.float()[None].contiguous())
+    else:
+        p = probabilities(logits, sampling)
+        u, noise = rng.uniforms(len(drafts)).to(device), rng.exponential(p.shape[-1]).to(device)
+        n, tokens = verify_chain_batched(d, None if q is None else q[None].to(device).contiguous(),
+                                         p[None].contiguous(), u[None], noise[None])
+    n0 = int(n[0])
+    return ChainResult(n0, tokens[0, : n0 + 1].tolist())
+
+
 def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, sampling: Sampling,
            draft_len: int, seed: int, eos_id: int | None,
-           on_tokens: Callable[[list[int], list[str]], None] | None = None) -> DecodeResult:
+           on_tokens: Callable[[list[int], list[str]], None] | None = None,
+           kernel: str | None = None) -> DecodeResult:
     """Generate up to `max_new_tokens` after `prompt` (stopping after EOS) with `drafter`
-    proposing up to `draft_len` tokens per cycle and the target verifying them."""
+    proposing up to `draft_len` tokens per cycle and the target verifying them with `kernel`
+    (see `resolve_kernel`)."""
     if not prompt:
         raise ValueError("empty prompt: give at least one token")
+    kernel = resolve_kernel(kernel, target.model.device)
     rng = RandomStream(seed)
     result = DecodeResult()
     start = time.perf_counter()
@@ -62,15 +105,12 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
         drafts, q = drafter.propose(context, k, sampling, rng)
-        logits = target.forward([context[-1]] + drafts).logits.cpu()  # verification runs on the CPU
-        if sampling.greedy:
-            top2 = torch.topk(logits, 2, dim=-1)
-            verdict = verify_chain_greedy(drafts, top2.indices[:, 0].tolist())
-            gaps = (top2.values[:, 0] - top2.values[:, 1]).tolist()
-        else:
-            p = probabilities(logits, sampling)
-            verdict = verify_chain(drafts, q, p, rng.uniforms(len(drafts)), rng.exponential(p.shape[-1]))
-            gaps = []
+        logits = target.forward([context[-1]] + drafts).logits
+        verdict = _verify(kernel, drafts, q, logits, sampling, rng)
+        gaps = []
+        if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
+            top2 = torch.topk(logits, 2, dim=-1).values
+            gaps = (top2[:, 0] - top2[:, 1]).tolist()
         target.crop(len(context) + verdict.n_accepted)
         drafter.commit(context + verdict.tokens)
 

@@ -84,3 +84,23 @@ def test_sampling_is_reproducible_per_seed(tiny, tokenizer):
 def test_empty_prompt_is_an_error(tiny):
     with pytest.raises(ValueError, match="empty prompt"):
         decode(Engine(tiny), NoDraft(), [], 4, GREEDY, 0, 0, None)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, Sampling(1.0, top_p=0.9)], ids=["greedy", "T=1,top-p"])
+def test_triton_verification_gives_the_same_tokens_as_the_reference(tiny, tokenizer, sampling):
+    prompt = prompts(tokenizer, 1)[0]
+    draft = make_draft(tiny, 1)
+    runs = [decode(Engine(tiny), ModelDraft(draft), prompt, 8, sampling, 3, seed=1, eos_id=None, kernel=k)
+            for k in ("torch", "triton")]
+    assert runs[0].tokens == runs[1].tokens and runs[0].cycles == runs[1].cycles
+
+
+def test_kernel_choice_is_validated(tiny, monkeypatch):
+    from lab.decode import resolve_kernel
+    from lab.errors import LabError
+    assert resolve_kernel(None, tiny.device) == "torch"
+    with pytest.raises(LabError, match="choose torch or triton"):
+        resolve_kernel("cuda", tiny.device)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(LabError, match="needs a GPU"):
+        resolve_kernel("triton", tiny.device)
