@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data demo test figures lab bench data drafts clean-cache
+.PHONY: setup setup-data demo test figures lab bench data drafts clean-cache gpu-check
 
 setup: $(STAMP)
 
@@ -56,3 +56,10 @@ drafts: setup
 
 clean-cache:
 	rm -rf .cache
+
+# On a lent GPU machine, with its own python3 (torch, triton, pytest; no venv, no transformers):
+# the kernel tests compiled for the GPU, then the kernel benchmark (JSON under $OUT or data/).
+gpu-check:
+	python3 -m pytest -q -p no:cacheprovider tests/test_kernels_chain.py tests/test_kernels_tree.py \
+		tests/test_kernels_attention.py
+	python3 -m lab.kernels.bench --out $${OUT:-data/kernel_bench}

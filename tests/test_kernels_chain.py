@@ -101,3 +101,13 @@ def test_kernels_package_does_not_import_transformers():
     code = "import sys, lab.kernels; sys.exit(1 if 'transformers' in sys.modules else 0)"
     env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_vectorised_reference_of_the_benchmark_matches_the_loop_reference(one_hot):
+    from lab.kernels.bench import chain_reference_vectorised
+    draft, q, p, u, noise = random_case(8, 4, 300, 11, one_hot)
+    u[0] = 0.0
+    n, tokens = chain_reference_vectorised(draft, q, p, u, noise)
+    n = n.tolist()
+    assert (n, [tokens[i, : n[i] + 1].tolist() for i in range(8)]) == reference(draft, q, p, u, noise)
