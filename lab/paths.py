@@ -13,3 +13,11 @@ CACHE_DIR = Path(os.environ.get("LAB_CACHE", ROOT / ".cache"))  # big rebuildabl
 def fast_mode() -> bool:
     """`LAB_FAST=1` shrinks every notebook's and command's sizes so CI can run them all."""
     return os.environ.get("LAB_FAST", "0") not in ("", "0", "false", "False")
+
+
+def figure_path(name: str) -> Path:
+    """Where a notebook saves a figure: figures/ at full size; in fast mode a gitignored
+    folder, so a CI-sized run never overwrites the committed full-size figures."""
+    folder = CACHE_DIR / "figures-fast" if fast_mode() else FIGURES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
