@@ -131,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     train = sub.add_parser("train", help="distil a draft model from the target")
     train.add_argument("what", choices=["draft"])
     train.add_argument("--layers", type=int, required=True)
-    train.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget (default 6)")
+    train.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget in minutes (default 6)")
     train.add_argument("--batch", type=int, default=8)
-    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--lr", type=float, default=2e-3)
     train.add_argument("--resume", action="store_true")
     train.set_defaults(run=_train)
 
