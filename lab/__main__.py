@@ -16,6 +16,7 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-len", type=int, default=4, help="drafts per cycle (default 4)")
     p.add_argument("--draft-layers", type=int, default=2, choices=[1, 2, 4],
                    help="which shipped draft `sd` uses (default 2)")
+    p.add_argument("--tree", default="4,4,16", help="sd-tree: depth,top-k,total tokens (default 4,4,16)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -30,6 +31,11 @@ def _load(args: argparse.Namespace, need_draft: bool):
     from .sampling import Sampling
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.draft_len < 0:
         raise LabError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --draft-len >= 0")
+    try:
+        args.tree = tuple(int(x) for x in str(args.tree).split(","))
+        assert len(args.tree) == 3 and min(args.tree) >= 1
+    except (ValueError, AssertionError):
+        raise LabError(f"--tree must be three positive integers depth,top-k,total (e.g. 4,4,16), got {args.tree!r}") from None
     import torch
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = load_tokenizer()
@@ -53,8 +59,10 @@ def _bench(args: argparse.Namespace) -> None:
     if unknown:
         raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
     prompts = prompts_file(args.prompts, args.limit) if args.prompts else load_prompts(args.dataset, args.limit)
-    target, draft, tokenizer, sampling = _load(args, need_draft=any(m in ("sd", "hf-assisted") for m in methods))
-    setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, args.kernel)
+    target, draft, tokenizer, sampling = _load(args, need_draft=any(m in ("sd", "sd-tree", "hf-assisted")
+                                                                    for m in methods))
+    setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, args.kernel,
+                  args.tree)
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
     result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
@@ -67,10 +75,15 @@ def _bench(args: argparse.Namespace) -> None:
 def _generate(args: argparse.Namespace) -> None:
     from .data import chat_ids
     from .decode import decode
-    from .drafters import ModelDraft, NoDraft
+    from .drafters import ModelDraft, NoDraft, TreeModelDraft
     from .engine import Engine
-    target, draft, tokenizer, sampling = _load(args, need_draft=args.method == "sd")
-    drafter = ModelDraft(draft) if args.method == "sd" else NoDraft()
+    target, draft, tokenizer, sampling = _load(args, need_draft=args.method != "ar")
+    if args.method == "ar":
+        drafter = NoDraft()
+    elif args.method == "sd":
+        drafter = ModelDraft(draft)
+    else:
+        drafter = TreeModelDraft(draft, *args.tree)
     tokens: list[int] = []
     printed = ""
 
@@ -106,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="compare decoding methods on a dataset; prints a table")
-    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,hf,hf-assisted,hf-pld")
+    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,hf,hf-assisted,hf-pld")
     bench.add_argument("--dataset", default="mt_bench", help="mt_bench, humaneval or sharegpt")
     bench.add_argument("--prompts", default=None, help="JSONL file with one {\"prompt\": ...} per line")
     bench.add_argument("--limit", type=int, default=10)
@@ -117,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = sub.add_parser("generate", help="stream one answer, coloured by token origin")
     gen.add_argument("prompt")
-    gen.add_argument("--method", choices=["ar", "sd"], default="sd")
+    gen.add_argument("--method", choices=["ar", "sd", "sd-tree"], default="sd")
     gen.add_argument("--no-color", action="store_true")
     _add_sampling(gen)
     gen.set_defaults(run=_generate)

@@ -17,12 +17,12 @@ import torch
 from .artifacts import machine, write_json
 from .data import Prompt, chat_ids, load_prompts, prompts_file
 from .decode import DecodeResult, decode, resolve_kernel
-from .drafters import ModelDraft, NoDraft
+from .drafters import ModelDraft, NoDraft, TreeModelDraft
 from .engine import Engine
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
 
-METHODS = ("ar", "sd", "hf", "hf-assisted", "hf-pld")
+METHODS = ("ar", "sd", "sd-tree", "hf", "hf-assisted", "hf-pld")
 TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
 
 
@@ -37,6 +37,7 @@ class Setup:
     draft_len: int
     seed: int
     kernel: str | None = None  # verification: torch reference or triton (None: triton on a GPU)
+    tree: tuple[int, int, int] = (4, 4, 16)  # sd-tree: depth, top-k, total tokens
 
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
@@ -92,6 +93,8 @@ def make_runner(setup: Setup, method: str) -> Runner:
         return _ours(setup, NoDraft())
     if method == "sd":
         return _ours(setup, ModelDraft(setup.draft))
+    if method == "sd-tree":
+        return _ours(setup, TreeModelDraft(setup.draft, *setup.tree))
     if method in ("hf", "hf-assisted", "hf-pld"):
         return _hf(setup, method)
     raise LabError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
@@ -104,6 +107,11 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
     if method == "sd":
         return {"loop": "lab.decode", "verification_kernel": kernel, "draft_len": setup.draft_len,
                 "draft_layers": draft_layers}
+    if method == "sd-tree":
+        depth, top_k, total = setup.tree
+        return {"loop": "lab.decode", "verification_kernel": kernel, "draft_layers": draft_layers,
+                "tree": "dynamic (EAGLE-2 expansion and reranking)", "depth": depth, "top_k": top_k,
+                "total_tokens": total}
     settings = {k: v for k, v in _hf_settings(setup, method).items() if k not in ("eos_token_id", "pad_token_id")}
     if method == "hf-assisted":
         settings["assistant"] = f"the sd draft ({draft_layers} layers)"

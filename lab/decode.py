@@ -17,7 +17,8 @@ import torch
 from .engine import Engine
 from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
-from .verify import ChainResult, verify_chain, verify_chain_greedy
+from .trees import DraftTree
+from .verify import ChainResult, TreeResult, verify_chain, verify_chain_greedy, verify_tree, verify_tree_greedy
 
 KERNELS = ("torch", "triton")
 
@@ -38,11 +39,13 @@ class DecodeResult:
         return len(self.tokens) / self.cycles if self.cycles else 0.0
 
 
-def _count_positions(result: DecodeResult, k: int, n: int) -> None:
-    while len(result.attempted_by_position) < k:
+def _count_positions(result: DecodeResult, attempted: int, n: int) -> None:
+    """Positions 1..attempted were tried in this cycle (each only because the ones before it
+    passed); the first n of them were accepted."""
+    while len(result.attempted_by_position) < attempted:
         result.attempted_by_position.append(0)
         result.accepted_by_position.append(0)
-    for i in range(min(n + 1, k)):
+    for i in range(attempted):
         result.attempted_by_position[i] += 1
         result.accepted_by_position[i] += int(i < n)
 
@@ -83,6 +86,29 @@ def _verify(kernel: str, drafts: list[int], q: torch.Tensor | None, logits: torc
     return ChainResult(n0, tokens[0, : n0 + 1].tolist())
 
 
+def _verify_tree(kernel: str, tree: DraftTree, logits: torch.Tensor, sampling: Sampling,
+                 rng: RandomStream) -> TreeResult:
+    """One tree verification, by the reference or by the Triton kernel."""
+    if kernel == "torch":
+        logits = logits.cpu()
+        if sampling.greedy:
+            return verify_tree_greedy(tree.tokens, tree.parents, logits.argmax(-1).tolist())
+        p = probabilities(logits, sampling)
+        return verify_tree(tree.tokens, tree.parents, p, rng.uniforms(len(tree)), rng.exponential(p.shape[-1]))
+    from .kernels import verify_tree_batched, verify_tree_greedy_batched
+    device = logits.device
+    tokens = torch.tensor([tree.tokens], dtype=torch.long, device=device)
+    parents = torch.tensor([tree.parents], dtype=torch.long, device=device)
+    if sampling.greedy:
+        length, path, out = verify_tree_greedy_batched(tokens, parents, logits.float()[None].contiguous())
+    else:
+        p = probabilities(logits, sampling)[None].contiguous()
+        u, noise = rng.uniforms(len(tree)).to(device), rng.exponential(p.shape[-1]).to(device)
+        length, path, out = verify_tree_batched(tokens, parents, p, u[None], noise[None])
+    m = int(length[0])
+    return TreeResult(path[0, :m].tolist(), out[0, :m].tolist())
+
+
 def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, sampling: Sampling,
            draft_len: int, seed: int, eos_id: int | None,
            on_tokens: Callable[[list[int], list[str]], None] | None = None,
@@ -104,18 +130,29 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     while len(result.tokens) < max_new_tokens:
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
-        drafts, q = drafter.propose(context, k, sampling, rng)
-        logits = target.forward([context[-1]] + drafts).logits
-        verdict = _verify(kernel, drafts, q, logits, sampling, rng)
+        proposal = drafter.propose(context, k, sampling, rng)
+        if isinstance(proposal, DraftTree):
+            tree = proposal
+            logits = target.forward(tree.tokens, mask=tree.ancestor_mask(),
+                                    positions=tree.positions(len(context) - 1)).logits
+            verdict = _verify_tree(kernel, tree, logits, sampling, rng)
+            target.keep(len(context) - 1, verdict.path)  # the root and the accepted nodes
+            n, rows = len(verdict.path) - 1, verdict.path
+            leaf = verdict.path[-1] not in tree.parents
+            attempted, last = (n if leaf else n + 1), ("target" if len(tree) == 1 else "bonus" if leaf else "corrected")
+        else:
+            drafts, q = proposal
+            logits = target.forward([context[-1]] + drafts).logits
+            verdict = _verify(kernel, drafts, q, logits, sampling, rng)
+            target.crop(len(context) + verdict.n_accepted)
+            n, rows = verdict.n_accepted, list(range(verdict.n_accepted + 1))
+            attempted = min(n + 1, len(drafts))
+            last = "target" if not drafts else ("bonus" if n == len(drafts) else "corrected")
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
-            top2 = torch.topk(logits, 2, dim=-1).values
+            top2 = torch.topk(logits[rows], 2, dim=-1).values
             gaps = (top2[:, 0] - top2[:, 1]).tolist()
-        target.crop(len(context) + verdict.n_accepted)
         drafter.commit(context + verdict.tokens)
-
-        n = verdict.n_accepted
-        last = "target" if not drafts else ("bonus" if n == len(drafts) else "corrected")
         emitted, origins = verdict.tokens, ["draft"] * n + [last]
         if eos_id is not None and eos_id in emitted:
             emitted = emitted[: emitted.index(eos_id) + 1]
@@ -126,7 +163,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         result.top2_gaps += gaps[: len(emitted)]
         result.cycles += 1
         result.accepted_per_cycle.append(n)
-        _count_positions(result, len(drafts), n)
+        _count_positions(result, attempted, n)
         context += emitted
         if on_tokens:
             on_tokens(emitted, origins)

@@ -2,7 +2,8 @@
 
 A drafter has two methods:
   * propose(context, k, sampling, rng) -> (draft tokens, q) where q [k, V] holds the
-    probabilities the drafts were sampled from (None when drafts are one-hot, e.g. greedy);
+    probabilities the drafts were sampled from (None when drafts are one-hot, e.g. greedy),
+    or a `DraftTree` of deterministic top-k children (at most k deep);
   * commit(context) after verification, with the full accepted context, so the drafter can
     keep its own cache consistent.
 AR decoding is simply the drafter that proposes nothing.
@@ -13,6 +14,7 @@ import torch
 
 from .engine import Engine
 from .sampling import RandomStream, Sampling, probabilities
+from .trees import DraftTree, dynamic_tree
 from .verify import race
 
 
@@ -66,3 +68,42 @@ class ModelDraft:
 
     def commit(self, context: list[int]) -> None:
         pass  # the next propose() crops the cache to the common prefix with the new context
+
+
+class TreeModelDraft(ModelDraft):
+    """Two-model speculative decoding with an EAGLE-2-style dynamic tree: the draft LM expands
+    the `top_k` best frontier nodes per depth (one draft forward per depth, the frontier fed
+    with an ancestor mask), then the tree is reranked to `total_tokens` nodes."""
+    name = "sd-tree"
+
+    def __init__(self, model, depth: int = 4, top_k: int = 4, total_tokens: int = 16):
+        super().__init__(model)
+        self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
+
+    def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream) -> DraftTree:
+        root_logp = torch.log_softmax(self._feed(context), -1)
+        base = len(context)  # cache: the context (root included), then fed tree nodes
+        slot: dict[int, int] = {}
+
+        def expand(tree: DraftTree, frontier: list[int]) -> torch.Tensor:
+            if frontier == [0]:
+                return root_logp[None]
+            cached, n = self.engine.length, len(frontier)
+            mask = torch.zeros(n, cached + n, dtype=torch.bool)
+            mask[:, :base] = True
+            depths = tree.depths()
+            for row, node in enumerate(frontier):
+                for ancestor in tree.path_to(node)[1:-1]:
+                    mask[row, slot[ancestor]] = True
+                mask[row, cached + row] = True
+                slot[node] = cached + row
+            positions = torch.tensor([base - 1 + depths[node] for node in frontier])
+            logits = self.engine.forward([tree.tokens[f] for f in frontier], mask=mask, positions=positions).logits
+            return torch.log_softmax(logits.cpu(), -1)
+
+        # the tree must leave room for its bonus token within max_new_tokens
+        depth = max(0, min(self.depth, k))
+        tree = dynamic_tree(context[-1], expand, depth, self.top_k, self.total_tokens)
+        self.engine.crop(base)
+        self.cached = list(context)
+        return tree

@@ -43,7 +43,8 @@ class Engine:
         """Score `tokens` appended after the cached prefix.
 
         mask: optional bool [n, n], True where new position i may attend to new position j
-        (the prefix is always visible); positions: optional [n] absolute positions (for
+        (the cached prefix is then always visible), or [n, cached + n] to also hide cached
+        positions (a draft expanding a tree it has partly fed already); positions: optional [n] absolute positions (for
         trees, prefix length + depth). Without them the new positions are a causal chain.
         last_only: compute logits for the last position only (prefill, drafting); the
         49k-way LM head over a whole prompt would otherwise cost more than the layers.
@@ -53,7 +54,12 @@ class Engine:
         n = ids.shape[1]
         kwargs = {}
         if mask is not None:
-            allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool), mask.bool()], dim=1)
+            if mask.shape == (n, n):
+                allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool), mask.bool().cpu()], dim=1)
+            elif mask.shape == (n, self.length + n):
+                allowed = mask.bool().cpu()
+            else:
+                raise ValueError(f"mask must be [{n}, {n}] or [{n}, {self.length + n}], got {tuple(mask.shape)}")
             float_mask = torch.zeros(allowed.shape, dtype=self.model.dtype)
             float_mask.masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
             kwargs["attention_mask"] = float_mask[None, None].to(device)

@@ -10,7 +10,7 @@ def lab(*args):
 
 def test_bench_smoke_json_schema(tmp_path):
     out = tmp_path / "b.json"
-    r = lab("bench", "--target", "tiny", "--methods", "ar,sd,hf,hf-assisted,hf-pld", "--limit", "2",
+    r = lab("bench", "--target", "tiny", "--methods", "ar,sd,sd-tree,hf,hf-assisted,hf-pld", "--limit", "2",
             "--max-new-tokens", "8", "--json", str(out))
     assert r.returncode == 0, r.stderr
     assert "| ar |" in r.stdout

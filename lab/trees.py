@@ -1,0 +1,90 @@
+"""Draft trees: the data structure, EAGLE-2's dynamic construction, masks and positions.
+
+Node 0 is the root: the last committed token, whose target distribution the first layer of
+drafts is checked against. Nodes are stored parents first, so a node's index is always larger
+than its parent's, and the tree can be fed to the target in one forward with an ancestor mask.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int]
+    parents: list[int]
+    values: list[float] = field(default_factory=list)   # path value: summed draft log-probabilities
+    confidences: list[float] = field(default_factory=list)  # the draft's probability of each node
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def depths(self) -> list[int]:
+        out = []
+        for parent in self.parents:
+            out.append(0 if parent < 0 else out[parent] + 1)
+        return out
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """bool [N, N]: node i may attend to node j iff j is i or one of its ancestors."""
+        n = len(self)
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        for i, parent in enumerate(self.parents):
+            mask[i, i] = True
+            if parent >= 0:
+                mask[i] |= mask[parent]
+        return mask
+
+    def positions(self, root_position: int) -> torch.Tensor:
+        """Absolute positions: the root's, plus each node's depth."""
+        return root_position + torch.tensor(self.depths())
+
+    def path_to(self, node: int) -> list[int]:
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+
+Expand = Callable[[DraftTree, list[int]], torch.Tensor]  # (tree, frontier nodes) -> log-probs [F, V]
+
+
+def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_tokens: int) -> DraftTree:
+    """EAGLE-2's dynamic draft tree.
+
+    Expansion: at each depth the `top_k` newest nodes with the highest path value (sum of draft
+    log-probabilities, never a product of probabilities, which underflows) each get their
+    `top_k` most likely children. Reranking: of all drafted nodes keep the `total_tokens - 1`
+    best by value (ties to the earlier node). A child's value never exceeds its parent's, so
+    the kept set is a connected tree; it keeps the parents-first order.
+    """
+    tree = DraftTree([root_token], [-1], [0.0], [1.0])
+    frontier = [0]
+    for _ in range(depth):
+        logp = expand(tree, frontier)
+        top = torch.topk(logp, top_k, dim=-1)
+        layer = []
+        for row, node in enumerate(frontier):
+            for lp, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+                tree.tokens.append(token)
+                tree.parents.append(node)
+                tree.values.append(tree.values[node] + lp)
+                tree.confidences.append(float(torch.tensor(lp).exp()))
+                layer.append(len(tree.tokens) - 1)
+        frontier = sorted(layer, key=lambda i: (-tree.values[i], i))[:top_k]
+    return rerank(tree, total_tokens)
+
+
+def rerank(tree: DraftTree, total_tokens: int) -> DraftTree:
+    """Keep the root and the best `total_tokens - 1` nodes by value, in parents-first order."""
+    best = sorted(range(1, len(tree)), key=lambda i: (-tree.values[i], i))[: max(total_tokens - 1, 0)]
+    keep = [0] + sorted(best)
+    new_index = {old: new for new, old in enumerate(keep)}
+    if any(tree.parents[i] not in new_index for i in keep[1:]):
+        raise AssertionError("reranking broke the tree: a kept node's parent was dropped")
+    return DraftTree([tree.tokens[i] for i in keep], [-1] + [new_index[tree.parents[i]] for i in keep[1:]],
+                     [tree.values[i] for i in keep], [tree.confidences[i] for i in keep])
