@@ -64,7 +64,7 @@ class ModelDraft:
             drafts.append(x)
             qs.append(q)
             seq.append(x)
-        return drafts, (None if s.greedy else torch.stack(qs))
+        return drafts, (torch.stack(qs) if qs and not s.greedy else None)
 
     def commit(self, context: list[int]) -> None:
         pass  # the next propose() crops the cache to the common prefix with the new context

@@ -104,3 +104,10 @@ def test_kernel_choice_is_validated(tiny, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(LabError, match="needs a GPU"):
         resolve_kernel("triton", tiny.device)
+
+
+def test_one_token_left_means_no_drafts_at_any_temperature(tiny, tokenizer):
+    prompt = prompts(tokenizer, 1)[0]
+    for s in (GREEDY, Sampling(1.0)):
+        out = decode(Engine(tiny), ModelDraft(make_draft(tiny, 1)), prompt, 1, s, 4, seed=0, eos_id=None)
+        assert len(out.tokens) == 1 and out.origins == ["target"]
