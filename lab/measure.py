@@ -2,7 +2,6 @@
 and the (tiny) numerical difference between batched and one-token-at-a-time forwards."""
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -27,19 +26,20 @@ def matmul_flops_per_token(model: torch.nn.Module) -> int:
     return 2 * n
 
 
-def _timed(fn, repeats: int) -> float:
-    fn()  # warm-up
+def _timed(fn, repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):  # first calls pay for allocation and thread start-up
+        fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)  # the run least disturbed by whatever else the machine is doing
 
 
 def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, cached: bool = True,
                     repeats: int = 5, seed: int = 0) -> dict[int, float]:
-    """Median seconds of one target forward over k new positions after `prefix` tokens.
+    """Seconds of one target forward (fastest of `repeats` runs) over k new positions after `prefix` tokens.
     cached=True: the prefix sits in the KV cache (what decoding does). cached=False: the
     whole prefix is recomputed with the k positions (decoding without a KV cache)."""
     g = torch.Generator().manual_seed(seed)
