@@ -33,8 +33,8 @@ def test_shipped_drafts_load_and_have_manifests(target, layers):
 def test_wrong_shape_draft_is_a_clear_error(target, tmp_path, monkeypatch):
     import lab.models as models
     from lab.errors import LabError
+    shutil.copy(draft_path(1), tmp_path / "draft_2l.safetensors")  # a 1-layer draft under a 2-layer name
     monkeypatch.setattr(models, "DRAFT_DIR", tmp_path)
-    shutil.copy(draft_path(1), tmp_path / "draft_2l.safetensors")
     with pytest.raises(LabError, match="does not fit"):
         load_draft(target, 2)
 
