@@ -30,6 +30,37 @@ def _race_block(w, noise_ptr, v0, offs, mask, best, best_idx):
 
 
 @triton.jit
+def _race_row(row_ptr, noise_row, V, BLOCK_V: tl.constexpr):
+    """Exponential race over a whole row of weights; returns the winning index."""
+    arange = tl.arange(0, BLOCK_V)
+    best = -1.0
+    best_idx = tl.zeros((), dtype=tl.int64)
+    for v0 in range(0, V, BLOCK_V):
+        offs = v0 + arange
+        mask = offs < V
+        w = tl.load(row_ptr + offs, mask=mask, other=0.0)
+        best, best_idx = _race_block(w, noise_row, v0, offs, mask, best, best_idx)
+    return best_idx
+
+
+@triton.jit
+def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
+    """Index of the largest entry of a row (the first one on ties), block by block."""
+    arange = tl.arange(0, BLOCK_V)
+    best = -float("inf")
+    best_idx = tl.zeros((), dtype=tl.int64)
+    for v0 in range(0, V, BLOCK_V):
+        offs = v0 + arange
+        lv = tl.load(row_ptr + offs, mask=offs < V, other=-float("inf"))
+        block_best = tl.max(lv, 0)
+        block_idx = tl.argmax(lv, 0, tie_break_left=True).to(tl.int64) + v0
+        take = block_best > best  # strict: an earlier block keeps a tie
+        best = tl.where(take, block_best, best)
+        best_idx = tl.where(take, block_idx, best_idx)
+    return best_idx
+
+
+@triton.jit
 def _chain_kernel(draft_ptr, q_ptr, p_ptr, u_ptr, noise_ptr, n_out_ptr, tok_out_ptr, K: tl.constexpr, V: tl.constexpr,
                   HAS_Q: tl.constexpr, BLOCK_V: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
@@ -68,12 +99,7 @@ def _chain_kernel(draft_ptr, q_ptr, p_ptr, u_ptr, noise_ptr, n_out_ptr, tok_out_
         any_positive = tl.maximum(any_positive, tl.max((w > 0.0).to(tl.int32), 0))
         best, best_idx = _race_block(w, noise_row, v0, offs, mask, best, best_idx)
     if any_positive == 0:  # p == q: the residual is empty, race over p itself
-        best = -1.0
-        for v0 in range(0, V, BLOCK_V):
-            offs = v0 + arange
-            mask = offs < V
-            pv = tl.load(p_row + offs, mask=mask, other=0.0)
-            best, best_idx = _race_block(pv, noise_row, v0, offs, mask, best, best_idx)
+        best_idx = _race_row(p_row, noise_row, V, BLOCK_V)
     tl.store(tok_out_ptr + b * (K + 1) + n, best_idx)
     tl.store(n_out_ptr + b, n)
 
@@ -82,23 +108,11 @@ def _chain_kernel(draft_ptr, q_ptr, p_ptr, u_ptr, noise_ptr, n_out_ptr, tok_out_
 def _chain_greedy_kernel(draft_ptr, logits_ptr, n_out_ptr, tok_out_ptr, K: tl.constexpr, V: tl.constexpr,
                          BLOCK_V: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
-    arange = tl.arange(0, BLOCK_V)
     alive = 1
     n = 0
     for i in range(0, K + 1):
         if alive == 1:
-            row = logits_ptr + (b * (K + 1) + i) * V
-            best = -float("inf")
-            best_idx = tl.zeros((), dtype=tl.int64)
-            for v0 in range(0, V, BLOCK_V):
-                offs = v0 + arange
-                mask = offs < V
-                lv = tl.load(row + offs, mask=mask, other=-float("inf"))
-                block_best = tl.max(lv, 0)
-                block_idx = tl.argmax(lv, 0, tie_break_left=True).to(tl.int64) + v0
-                take = block_best > best
-                best = tl.where(take, block_best, best)
-                best_idx = tl.where(take, block_idx, best_idx)
+            best_idx = _row_argmax(logits_ptr + (b * (K + 1) + i) * V, V, BLOCK_V)
             tl.store(tok_out_ptr + b * (K + 1) + i, best_idx)
             if i < K:
                 x = tl.load(draft_ptr + b * K + i).to(tl.int64)

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .chain import _check, _check_tokens, _race_block
+from .chain import _check, _check_tokens, _race_block, _race_row, _row_argmax
 
 
 @triton.jit
@@ -69,12 +69,7 @@ def _tree_kernel(tok_ptr, par_ptr, p_ptr, u_ptr, noise_ptr, len_out_ptr, path_ou
         any_positive = tl.maximum(any_positive, tl.max((w > 0.0).to(tl.int32), 0))
         best, best_idx = _race_block(w, noise_row, v0, offs, mask, best, best_idx)
     if any_positive == 0:  # nothing left: race over p itself
-        best = -1.0
-        for v0 in range(0, V, BLOCK_V):
-            offs = v0 + arange
-            mask = offs < V
-            pv = tl.load(p_row + offs, mask=mask, other=0.0)
-            best, best_idx = _race_block(pv, noise_row, v0, offs, mask, best, best_idx)
+        best_idx = _race_row(p_row, noise_row, V, BLOCK_V)
     tl.store(tok_out_ptr + b * N + count - 1, best_idx)
     tl.store(len_out_ptr + b, count)
 
@@ -83,24 +78,13 @@ def _tree_kernel(tok_ptr, par_ptr, p_ptr, u_ptr, noise_ptr, len_out_ptr, path_ou
 def _tree_greedy_kernel(tok_ptr, par_ptr, logits_ptr, len_out_ptr, path_out_ptr, tok_out_ptr,
                         N: tl.constexpr, V: tl.constexpr, BLOCK_V: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
-    arange = tl.arange(0, BLOCK_V)
     node = tl.zeros((), dtype=tl.int64)
     count = 1
     done = 0
     tl.store(path_out_ptr + b * N, node)
     for _step in range(0, N):
         if done == 0:
-            row = logits_ptr + (b * N + node) * V
-            best = -float("inf")
-            best_idx = tl.zeros((), dtype=tl.int64)
-            for v0 in range(0, V, BLOCK_V):
-                offs = v0 + arange
-                lv = tl.load(row + offs, mask=offs < V, other=-float("inf"))
-                block_best = tl.max(lv, 0)
-                block_idx = tl.argmax(lv, 0, tie_break_left=True).to(tl.int64) + v0
-                take = block_best > best
-                best = tl.where(take, block_best, best)
-                best_idx = tl.where(take, block_idx, best_idx)
+            best_idx = _row_argmax(logits_ptr + (b * N + node) * V, V, BLOCK_V)
             tl.store(tok_out_ptr + b * N + count - 1, best_idx)
             moved = 0
             nxt = node
