@@ -109,6 +109,38 @@ def _verify_tree(kernel: str, tree: DraftTree, logits: torch.Tensor, sampling: S
     return TreeResult(path[0, :m].tolist(), out[0, :m].tolist())
 
 
+@dataclass
+class Cycle:
+    """What one verification cycle produced."""
+    logits: torch.Tensor   # the target's logits at every scored position
+    tokens: list[int]      # accepted drafts, then the corrected or bonus token
+    n_accepted: int
+    rows: list[int]        # scored positions the emitted tokens were predicted at
+    attempted: int         # draft positions tried (each because the earlier ones passed)
+    last: str              # origin of the final token: corrected | bonus | target
+
+
+def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch.Tensor | None, kernel: str,
+                 sampling: Sampling, rng: RandomStream) -> Cycle:
+    logits = target.forward([context[-1]] + drafts).logits
+    verdict = _verify(kernel, drafts, q, logits, sampling, rng)
+    n = verdict.n_accepted
+    target.crop(len(context) + n)  # keep the last token and the accepted drafts
+    last = "target" if not drafts else ("bonus" if n == len(drafts) else "corrected")
+    return Cycle(logits, verdict.tokens, n, list(range(n + 1)), min(n + 1, len(drafts)), last)
+
+
+def _tree_cycle(target: Engine, context: list[int], tree: DraftTree, kernel: str, sampling: Sampling,
+                rng: RandomStream) -> Cycle:
+    logits = target.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(context) - 1)).logits
+    verdict = _verify_tree(kernel, tree, logits, sampling, rng)
+    target.keep(len(context) - 1, verdict.path)  # the root and the accepted nodes
+    n = len(verdict.path) - 1
+    leaf = verdict.path[-1] not in tree.parents
+    last = "target" if len(tree) == 1 else ("bonus" if leaf else "corrected")
+    return Cycle(logits, verdict.tokens, n, verdict.path, n if leaf else n + 1, last)
+
+
 def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, sampling: Sampling,
            draft_len: int, seed: int, eos_id: int | None,
            on_tokens: Callable[[list[int], list[str]], None] | None = None,
@@ -132,28 +164,16 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
         proposal = drafter.propose(context, k, sampling, rng)
         if isinstance(proposal, DraftTree):
-            tree = proposal
-            logits = target.forward(tree.tokens, mask=tree.ancestor_mask(),
-                                    positions=tree.positions(len(context) - 1)).logits
-            verdict = _verify_tree(kernel, tree, logits, sampling, rng)
-            target.keep(len(context) - 1, verdict.path)  # the root and the accepted nodes
-            n, rows = len(verdict.path) - 1, verdict.path
-            leaf = verdict.path[-1] not in tree.parents
-            attempted, last = (n if leaf else n + 1), ("target" if len(tree) == 1 else "bonus" if leaf else "corrected")
+            cycle = _tree_cycle(target, context, proposal, kernel, sampling, rng)
         else:
-            drafts, q = proposal
-            logits = target.forward([context[-1]] + drafts).logits
-            verdict = _verify(kernel, drafts, q, logits, sampling, rng)
-            target.crop(len(context) + verdict.n_accepted)
-            n, rows = verdict.n_accepted, list(range(verdict.n_accepted + 1))
-            attempted = min(n + 1, len(drafts))
-            last = "target" if not drafts else ("bonus" if n == len(drafts) else "corrected")
+            cycle = _chain_cycle(target, context, *proposal, kernel, sampling, rng)
+        n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
-            top2 = torch.topk(logits[rows], 2, dim=-1).values
+            top2 = torch.topk(cycle.logits[cycle.rows], 2, dim=-1).values
             gaps = (top2[:, 0] - top2[:, 1]).tolist()
-        drafter.commit(context + verdict.tokens)
-        emitted, origins = verdict.tokens, ["draft"] * n + [last]
+        drafter.commit(context + cycle.tokens)
+        emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:
             emitted = emitted[: emitted.index(eos_id) + 1]
         emitted = emitted[: max_new_tokens - len(result.tokens)]
@@ -163,7 +183,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         result.top2_gaps += gaps[: len(emitted)]
         result.cycles += 1
         result.accepted_per_cycle.append(n)
-        _count_positions(result, attempted, n)
+        _count_positions(result, cycle.attempted, n)
         context += emitted
         if on_tokens:
             on_tokens(emitted, origins)
