@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from .artifacts import machine, write_json
+from .artifacts import command_line, git_commit, machine, write_json
 from .data import Prompt, chat_ids, load_prompts, prompts_file
 from .decode import DecodeResult, decode, resolve_kernel
 from .drafters import ModelDraft, NoDraft, TreeModelDraft
@@ -174,7 +174,7 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
         if progress:
             print(f"[bench] prompt {i + 1}/{len(prompts)} ({prompt.id}) done", flush=True)
     ar_rows = {p.id: r for p, r in rows["ar"]} if "ar" in rows else None
-    result = {"machine": machine(),
+    result = {"machine": machine(), "commit": git_commit(), "command": command_line(),
               "config": {**config, "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},
               "methods": {m: summarise(m, rows[m], ar_rows, setup.sampling.greedy, setup.tokenizer,
                                        ours=not m.startswith("hf")) for m in methods}}

@@ -59,12 +59,16 @@ class ModelDraft:
     def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream):
         drafts, qs, seq = [], [], list(context)
         for _ in range(k):
-            q = probabilities(self._feed(seq), s)
-            x = int(q.argmax()) if s.greedy else race(q, rng.exponential(q.shape[-1]))
+            logits = self._feed(seq)
+            if s.greedy:  # one-hot drafts: the argmax is all verification needs
+                x = int(logits.argmax())
+            else:
+                q = probabilities(logits, s)
+                x = race(q, rng.exponential(q.shape[-1]))
+                qs.append(q)
             drafts.append(x)
-            qs.append(q)
             seq.append(x)
-        return drafts, (torch.stack(qs) if qs and not s.greedy else None)
+        return drafts, (torch.stack(qs) if qs else None)
 
     def commit(self, context: list[int]) -> None:
         pass  # the next propose() crops the cache to the common prefix with the new context
