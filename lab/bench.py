@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from .artifacts import command_line, git_commit, machine, write_json
-from .data import Prompt, chat_ids, load_prompts, prompts_file
+from .data import Prompt, chat_ids
 from .decode import DecodeResult, decode, resolve_kernel
 from .drafters import ModelDraft, NoDraft, TreeModelDraft
 from .engine import Engine

@@ -1,7 +1,6 @@
 """Tree verification (EAGLE's rule for deterministic top-k children): edge cases, and
 statistical losslessness, which a deliberately wrong variant (no renormalisation after a
 rejected sibling) must fail."""
-import numpy as np
 import pytest
 import torch
 

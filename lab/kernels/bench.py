@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
 
 from .chain import verify_chain_batched
 from .tree_attention import ancestor_bits, tree_attention

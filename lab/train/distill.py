@@ -8,6 +8,7 @@ time (a CPU budget), checkpoints periodically and can resume.
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm import tqdm
 
 from ..artifacts import atomic_write, command_line, git_commit, machine, write_json
@@ -138,8 +139,7 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 2e-3,
     draft.eval()
     atomic_write(out, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},
                                             str(tmp)))
-    regen_manifest = (REGEN_DIR / "manifest.json")
-    import json
+    regen_manifest = REGEN_DIR / "manifest.json"
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     write_json(out.with_suffix(".json"), {
         "artifact": str(out.relative_to(DATA_DIR.parent)) if out.is_relative_to(DATA_DIR.parent) else str(out),

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ..artifacts import atomic_write, command_line, git_commit, machine, write_json
 from ..data import chat_ids, humaneval, mt_bench, sharegpt_first_turns
+from ..errors import LabError
 from ..models import load_target, load_tokenizer
 from ..paths import CACHE_DIR, DATA_DIR
 
@@ -192,7 +193,6 @@ class RegenSet:
 
 
 def load_regen() -> RegenSet:
-    from ..errors import LabError
     path = REGEN_DIR / "sharegpt_smollm2.npz"
     if not path.exists():
         raise LabError(f"{path} is missing: run `python -m lab data build` (about 20 minutes on 2 cores)")
