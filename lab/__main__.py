@@ -17,6 +17,9 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-layers", type=int, default=2, choices=[1, 2, 4],
                    help="which shipped draft `sd` uses (default 2)")
     p.add_argument("--tree", default="4,4,16", help="sd-tree: depth,top-k,total tokens (default 4,4,16)")
+    p.add_argument("--eagle-tree", default="auto",
+                   help="eagle1/eagle2: depth,top-k,total tokens, or auto = the size `python -m lab tune tree` "
+                        "chose for this machine (default)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -26,16 +29,34 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                    help="`tiny` is a random 2-layer Llama for smoke tests (its draft is untrained)")
 
 
+def _parse_tree(text: str, flag: str) -> tuple[int, int, int]:
+    try:
+        tree = tuple(int(x) for x in str(text).split(","))
+        assert len(tree) == 3 and min(tree) >= 1
+    except (ValueError, AssertionError):
+        raise LabError(f"{flag} must be three positive integers depth,top-k,total (e.g. 4,4,16), got {text!r}") from None
+    return tree
+
+
+def _eagle(args: argparse.Namespace, target):
+    """The EAGLE head, its tree size (tuned or given) and the per-rank accuracies of its manifest."""
+    from .costmodel import TreeChoice, load_choice
+    from .eagle import head_manifest, load_head
+    head = load_head(target)
+    if args.eagle_tree == "auto":
+        choice = load_choice()
+    else:
+        depth, top_k, total = _parse_tree(args.eagle_tree, "--eagle-tree")
+        choice = TreeChoice(depth, top_k, total, None, None)
+    return head, choice, head_manifest()["rank_accuracy"]
+
+
 def _load(args: argparse.Namespace, need_draft: bool):
     from .models import load_draft, load_target, load_tokenizer, make_draft, tiny_target
     from .sampling import Sampling
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.draft_len < 0:
         raise LabError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --draft-len >= 0")
-    try:
-        args.tree = tuple(int(x) for x in str(args.tree).split(","))
-        assert len(args.tree) == 3 and min(args.tree) >= 1
-    except (ValueError, AssertionError):
-        raise LabError(f"--tree must be three positive integers depth,top-k,total (e.g. 4,4,16), got {args.tree!r}") from None
+    args.tree = _parse_tree(args.tree, "--tree")
     import torch
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = load_tokenizer()
@@ -63,6 +84,8 @@ def _bench(args: argparse.Namespace) -> None:
                                                                     for m in methods))
     setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, args.kernel,
                   args.tree)
+    if any(m.startswith("eagle") for m in methods):
+        setup.head, setup.eagle_tree, setup.rank_accuracy = _eagle(args, target)
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
     result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
@@ -75,15 +98,20 @@ def _bench(args: argparse.Namespace) -> None:
 def _generate(args: argparse.Namespace) -> None:
     from .data import chat_ids
     from .decode import decode
+    from .bench import Setup
     from .drafters import ModelDraft, NoDraft, TreeModelDraft
     from .engine import Engine
-    target, draft, tokenizer, sampling = _load(args, need_draft=args.method != "ar")
+    target, draft, tokenizer, sampling = _load(args, need_draft=args.method in ("sd", "sd-tree"))
     if args.method == "ar":
         drafter = NoDraft()
     elif args.method == "sd":
         drafter = ModelDraft(draft)
-    else:
+    elif args.method == "sd-tree":
         drafter = TreeModelDraft(draft, *args.tree)
+    else:
+        setup = Setup(target, None, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
+        setup.head, setup.eagle_tree, setup.rank_accuracy = _eagle(args, target)
+        drafter = setup.eagle_drafter(args.method)
     tokens: list[int] = []
     printed = ""
 
@@ -110,8 +138,29 @@ def _data(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .train.distill import train_draft
-    print(train_draft(args.layers, args.minutes, batch=args.batch, lr=args.lr, resume=args.resume))
+    if args.what == "draft":
+        from .train.distill import train_draft
+        if args.layers is None:
+            raise LabError("`train draft` needs --layers N (1, 2 or 4)")
+        print(train_draft(args.layers, args.minutes or 6.0, batch=args.batch, lr=args.lr or 2e-3, resume=args.resume))
+    else:
+        from .train.eagle import train_head
+        print(train_head(args.variant, args.minutes or 30.0, batch=args.batch, lr=args.lr or 1e-3,
+                         resume=args.resume))
+
+
+def _tune(args: argparse.Namespace) -> None:
+    from .costmodel import tune
+    from .eagle import load_head
+    from .models import load_target, load_tokenizer
+    target = load_target()
+    result = tune(target, load_tokenizer(), load_head(target), max_new_tokens=args.max_new_tokens,
+                  positions=args.positions)
+    c = result["choice"]
+    print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
+          f"predicted tau {c['predicted_tau']:.2f}, speed-up {c['predicted_speedup']:.2f}x "
+          f"(static tree of the same size: tau {c['static_predicted_tau']:.2f}, "
+          f"{c['static_predicted_speedup']:.2f}x); written to data/eagle/tree_choice.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="compare decoding methods on a dataset; prints a table")
-    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,hf,hf-assisted,hf-pld")
+    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,eagle1,eagle2,hf,hf-assisted,hf-pld")
     bench.add_argument("--dataset", default="mt_bench", help="mt_bench, humaneval or sharegpt")
     bench.add_argument("--prompts", default=None, help="JSONL file with one {\"prompt\": ...} per line")
     bench.add_argument("--limit", type=int, default=10)
@@ -130,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = sub.add_parser("generate", help="stream one answer, coloured by token origin")
     gen.add_argument("prompt")
-    gen.add_argument("--method", choices=["ar", "sd", "sd-tree"], default="sd")
+    gen.add_argument("--method", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2"], default="eagle2")
     gen.add_argument("--no-color", action="store_true")
     _add_sampling(gen)
     gen.set_defaults(run=_generate)
@@ -141,14 +190,23 @@ def main(argv: list[str] | None = None) -> int:
                       help="training response tokens to reach (default 100000, about 20 minutes on 2 cores)")
     data.set_defaults(run=_data)
 
-    train = sub.add_parser("train", help="distil a draft model from the target")
-    train.add_argument("what", choices=["draft"])
-    train.add_argument("--layers", type=int, required=True)
-    train.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget in minutes (default 6)")
+    train = sub.add_parser("train", help="distil a draft model or train an EAGLE head from the target")
+    train.add_argument("what", choices=["draft", "eagle1"])
+    train.add_argument("--layers", type=int, help="draft: decoder layers (1, 2 or 4)")
+    train.add_argument("--variant", default="eagle1", choices=["eagle1", "no-token", "token-only"],
+                       help="eagle1: what the head sees (default: feature + next token)")
+    train.add_argument("--minutes", type=float, default=None,
+                       help="wall-clock budget in minutes (default: 6 for a draft, 30 for an EAGLE head)")
     train.add_argument("--batch", type=int, default=8)
-    train.add_argument("--lr", type=float, default=2e-3)
+    train.add_argument("--lr", type=float, default=None, help="default: 2e-3 for a draft, 1e-3 for an EAGLE head")
     train.add_argument("--resume", action="store_true")
     train.set_defaults(run=_train)
+
+    tune = sub.add_parser("tune", help="choose the EAGLE tree size for this machine (cost model)")
+    tune.add_argument("what", choices=["tree"])
+    tune.add_argument("--positions", type=int, default=160, help="draft positions measured (default 160)")
+    tune.add_argument("--max-new-tokens", type=int, default=128, help="length of the tuning continuations")
+    tune.set_defaults(run=_tune)
 
     args = parser.parse_args(argv)
     try:

@@ -17,12 +17,14 @@ import torch
 from .artifacts import command_line, git_commit, machine, write_json
 from .data import Prompt, chat_ids
 from .decode import DecodeResult, decode, resolve_kernel
+from .costmodel import TreeChoice
 from .drafters import ModelDraft, NoDraft, TreeModelDraft
+from .eagle import EagleDraft, static_shape
 from .engine import Engine
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
 
-METHODS = ("ar", "sd", "sd-tree", "hf", "hf-assisted", "hf-pld")
+METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "hf", "hf-assisted", "hf-pld")
 TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
 
 
@@ -38,6 +40,17 @@ class Setup:
     seed: int
     kernel: str | None = None  # verification: torch reference or triton (None: triton on a GPU)
     tree: tuple[int, int, int] = (4, 4, 16)  # sd-tree: depth, top-k, total tokens
+    head: torch.nn.Module | None = None        # eagle1/eagle2: the EAGLE head
+    eagle_tree: TreeChoice | None = None       # eagle1/eagle2: tree size (from `python -m lab tune tree`)
+    rank_accuracy: list[float] | None = None   # eagle1: per-rank accuracy that shapes the static tree
+
+    def eagle_drafter(self, method: str) -> EagleDraft:
+        if self.head is None or self.eagle_tree is None:
+            raise LabError(f"{method} needs an EAGLE head and a tree size (Setup.head, Setup.eagle_tree)")
+        t = self.eagle_tree
+        if method == "eagle1":
+            return EagleDraft(self.head, "static", shape=static_shape(t.total_tokens, t.depth, self.rank_accuracy))
+        return EagleDraft(self.head, "dynamic", t.depth, t.top_k, t.total_tokens)
 
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
@@ -95,6 +108,8 @@ def make_runner(setup: Setup, method: str) -> Runner:
         return _ours(setup, ModelDraft(setup.draft))
     if method == "sd-tree":
         return _ours(setup, TreeModelDraft(setup.draft, *setup.tree))
+    if method in ("eagle1", "eagle2"):
+        return _ours(setup, setup.eagle_drafter(method))
     if method in ("hf", "hf-assisted", "hf-pld"):
         return _hf(setup, method)
     raise LabError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
@@ -112,6 +127,15 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
         return {"loop": "lab.decode", "verification_kernel": kernel, "draft_layers": draft_layers,
                 "tree": "dynamic (EAGLE-2 expansion and reranking)", "depth": depth, "top_k": top_k,
                 "total_tokens": total}
+    if method in ("eagle1", "eagle2"):
+        t = setup.eagle_tree
+        static = method == "eagle1"
+        return {"loop": "lab.decode", "verification_kernel": kernel, "head": getattr(setup.head, "variant", None),
+                "tree": "static (EAGLE-1 shape from per-rank accuracy)" if static
+                else "dynamic (EAGLE-2 expansion and reranking)",
+                "depth": t.depth, "top_k": None if static else t.top_k, "total_tokens": t.total_tokens,
+                "predicted_tau": t.static_predicted_tau if static else t.predicted_tau,
+                "predicted_speedup": t.static_predicted_speedup if static else t.predicted_speedup}
     settings = {k: v for k, v in _hf_settings(setup, method).items() if k not in ("eos_token_id", "pad_token_id")}
     if method == "hf-assisted":
         settings["assistant"] = f"the sd draft ({draft_layers} layers)"
@@ -179,8 +203,9 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
               "methods": {m: summarise(m, rows[m], ar_rows, setup.sampling.greedy, setup.tokenizer,
                                        ours=not m.startswith("hf")) for m in methods}}
     ar_speed = result["methods"].get("ar", {}).get("tokens_per_s")
-    for summary in result["methods"].values():
+    for m, summary in result["methods"].items():
         summary["speedup"] = summary["tokens_per_s"] / ar_speed if ar_speed else None
+        summary["predicted_speedup"] = result["config"]["methods"][m].get("predicted_speedup")
     if json_path:
         write_json(Path(json_path), result)
     return result
@@ -188,7 +213,9 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
 
 def format_table(result: dict) -> str:
     k = max(len(s["acceptance_by_position"]) for s in result["methods"].values())
-    head = ["method", "tok/s", "speedup", "tau", "new tok", "fwd"] + [f"acc@{i + 1}" for i in range(k)] + ["identical"]
+    predicted = any(s.get("predicted_speedup") for s in result["methods"].values())
+    head = (["method", "tok/s", "speedup"] + (["predicted"] if predicted else []) + ["tau", "new tok", "fwd"]
+            + [f"acc@{i + 1}" for i in range(k)] + ["identical"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, s in result["methods"].items():
         acc = [f"{a:.2f}" if a is not None else "" for a in s["acceptance_by_position"]]
@@ -196,7 +223,9 @@ def format_table(result: dict) -> str:
         ident = {True: "yes", False: "NO", None: "n/a"}[s["identical_to_ar"]]
         if s["numerical_ties"]:
             ident += f" ({s['numerical_ties']} ties)"
-        speed = f"{s['speedup']:.2f}x" if s["speedup"] else ""
-        lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", speed, f"{s['tau']:.2f}",
+        speed = [f"{s['speedup']:.2f}x" if s["speedup"] else ""]
+        if predicted:
+            speed.append(f"{s['predicted_speedup']:.2f}x" if s.get("predicted_speedup") else "")
+        lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", *speed, f"{s['tau']:.2f}",
                                         str(s["new_tokens"]), str(s["target_forwards"])] + acc + [ident]) + " |")
     return "\n".join(lines)

@@ -118,27 +118,41 @@ class Cycle:
     rows: list[int]        # scored positions the emitted tokens were predicted at
     attempted: int         # draft positions tried (each because the earlier ones passed)
     last: str              # origin of the final token: corrected | bonus | target
+    features: torch.Tensor | None  # target features [len(rows), F] for an EAGLE drafter, else None
+
+
+def _features(scored, layers: tuple[int, ...], rows: list[int] | None = None) -> torch.Tensor | None:
+    """The drafter's feature layers at the given scored rows, concatenated along the last dim."""
+    if not layers:
+        return None
+    out = torch.cat([scored.hidden[layer] for layer in layers], -1)
+    return out if rows is None else out[rows]
 
 
 def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch.Tensor | None, kernel: str,
-                 sampling: Sampling, rng: RandomStream) -> Cycle:
-    logits = target.forward([context[-1]] + drafts).logits
+                 sampling: Sampling, rng: RandomStream, layers: tuple[int, ...]) -> Cycle:
+    scored = target.forward([context[-1]] + drafts, hidden_layers=layers)
+    logits = scored.logits
     verdict = _verify(kernel, drafts, q, logits, sampling, rng)
     n = verdict.n_accepted
     target.crop(len(context) + n)  # keep the last token and the accepted drafts
     last = "target" if not drafts else ("bonus" if n == len(drafts) else "corrected")
-    return Cycle(logits, verdict.tokens, n, list(range(n + 1)), min(n + 1, len(drafts)), last)
+    return Cycle(logits, verdict.tokens, n, list(range(n + 1)), min(n + 1, len(drafts)), last,
+                 _features(scored, layers, list(range(n + 1))))
 
 
 def _tree_cycle(target: Engine, context: list[int], tree: DraftTree, kernel: str, sampling: Sampling,
-                rng: RandomStream) -> Cycle:
-    logits = target.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(context) - 1)).logits
+                rng: RandomStream, layers: tuple[int, ...]) -> Cycle:
+    scored = target.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(context) - 1),
+                            hidden_layers=layers)
+    logits = scored.logits
     verdict = _verify_tree(kernel, tree, logits, sampling, rng)
     target.keep(len(context) - 1, verdict.path)  # the root and the accepted nodes
     n = len(verdict.path) - 1
     leaf = verdict.path[-1] not in tree.parents
     last = "target" if len(tree) == 1 else ("bonus" if leaf else "corrected")
-    return Cycle(logits, verdict.tokens, n, verdict.path, n if leaf else n + 1, last)
+    return Cycle(logits, verdict.tokens, n, verdict.path, n if leaf else n + 1, last,
+                 _features(scored, layers, verdict.path))
 
 
 def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, sampling: Sampling,
@@ -155,24 +169,25 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     result = DecodeResult()
     start = time.perf_counter()
     target.reset()
+    layers = getattr(drafter, "feature_layers", ())  # EAGLE drafters read the target's features
     drafter.begin(prompt)
     if len(prompt) > 1:
-        target.forward(prompt[:-1], last_only=True)
+        drafter.commit(prompt, _features(target.forward(prompt[:-1], hidden_layers=layers, last_only=True), layers))
     context = list(prompt)
     while len(result.tokens) < max_new_tokens:
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
         proposal = drafter.propose(context, k, sampling, rng)
         if isinstance(proposal, DraftTree):
-            cycle = _tree_cycle(target, context, proposal, kernel, sampling, rng)
+            cycle = _tree_cycle(target, context, proposal, kernel, sampling, rng, layers)
         else:
-            cycle = _chain_cycle(target, context, *proposal, kernel, sampling, rng)
+            cycle = _chain_cycle(target, context, *proposal, kernel, sampling, rng, layers)
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
             top2 = torch.topk(cycle.logits[cycle.rows], 2, dim=-1).values
             gaps = (top2[:, 0] - top2[:, 1]).tolist()
-        drafter.commit(context + cycle.tokens)
+        drafter.commit(context + cycle.tokens, cycle.features)
         emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:
             emitted = emitted[: emitted.index(eos_id) + 1]

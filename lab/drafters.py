@@ -4,8 +4,10 @@ A drafter has two methods:
   * propose(context, k, sampling, rng) -> (draft tokens, q) where q [k, V] holds the
     probabilities the drafts were sampled from (None when drafts are one-hot, e.g. greedy),
     or a `DraftTree` of deterministic top-k children (at most k deep);
-  * commit(context) after verification, with the full accepted context, so the drafter can
-    keep its own cache consistent.
+  * commit(context, features) after prefill and after each verification, with the full
+    accepted context, so the drafter can keep its own cache consistent; `features` holds the
+    target's hidden states (the layers in the drafter's `feature_layers`, if it has any) at
+    the positions the target has just scored.
 AR decoding is simply the drafter that proposes nothing.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ class NoDraft:
     def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream):
         return [], None
 
-    def commit(self, context: list[int]) -> None:
+    def commit(self, context: list[int], features: torch.Tensor | None = None) -> None:
         pass
 
 
@@ -70,8 +72,24 @@ class ModelDraft:
             seq.append(x)
         return drafts, (torch.stack(qs) if qs else None)
 
-    def commit(self, context: list[int]) -> None:
+    def commit(self, context: list[int], features: torch.Tensor | None = None) -> None:
         pass  # the next propose() crops the cache to the common prefix with the new context
+
+
+def frontier_mask(tree: DraftTree, frontier: list[int], slot: dict[int, int], base: int, cached: int) -> torch.Tensor:
+    """Attention mask [F, cached + F] for feeding a tree's frontier to a draft whose cache holds
+    `base` committed positions (the root's included) and then earlier-fed tree nodes: each
+    frontier node sees the committed prefix, its fed ancestors and itself. Records in `slot`
+    where each frontier node lands in the cache."""
+    n = len(frontier)
+    mask = torch.zeros(n, cached + n, dtype=torch.bool)
+    mask[:, :base] = True
+    for row, node in enumerate(frontier):
+        for ancestor in tree.path_to(node)[1:-1]:
+            mask[row, slot[ancestor]] = True
+        mask[row, cached + row] = True
+        slot[node] = cached + row
+    return mask
 
 
 class TreeModelDraft(ModelDraft):
@@ -92,15 +110,8 @@ class TreeModelDraft(ModelDraft):
         def expand(tree: DraftTree, frontier: list[int]) -> torch.Tensor:
             if frontier == [0]:
                 return root_logp[None]
-            cached, n = self.engine.length, len(frontier)
-            mask = torch.zeros(n, cached + n, dtype=torch.bool)
-            mask[:, :base] = True
+            mask = frontier_mask(tree, frontier, slot, base, self.engine.length)
             depths = tree.depths()
-            for row, node in enumerate(frontier):
-                for ancestor in tree.path_to(node)[1:-1]:
-                    mask[row, slot[ancestor]] = True
-                mask[row, cached + row] = True
-                slot[node] = cached + row
             positions = torch.tensor([base - 1 + depths[node] for node in frontier])
             logits = self.engine.forward([tree.tokens[f] for f in frontier], mask=mask, positions=positions).logits
             return torch.log_softmax(logits.cpu(), -1)

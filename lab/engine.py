@@ -37,10 +37,11 @@ class Engine:
         self.length = 0
 
     @torch.inference_mode()
-    def forward(self, tokens: list[int] | torch.Tensor, mask: torch.Tensor | None = None,
+    def forward(self, tokens: list[int] | torch.Tensor | None, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
-                last_only: bool = False) -> Scored:
-        """Score `tokens` appended after the cached prefix.
+                last_only: bool = False, embeds: torch.Tensor | None = None) -> Scored:
+        """Score `tokens` appended after the cached prefix (or, with tokens=None, input
+        vectors `embeds` [n, H]: an EAGLE head feeds fused features, not token ids).
 
         mask: optional bool [n, n], True where new position i may attend to new position j
         (the cached prefix is then always visible), or [n, cached + n] to also hide cached
@@ -50,9 +51,11 @@ class Engine:
         49k-way LM head over a whole prompt would otherwise cost more than the layers.
         """
         device = self.model.device
-        ids = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1).to(device)
-        n = ids.shape[1]
-        kwargs = {}
+        if embeds is None:
+            kwargs = {"input_ids": torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1).to(device)}
+        else:
+            kwargs = {"inputs_embeds": embeds.reshape(1, -1, embeds.shape[-1]).to(device, self.model.dtype)}
+        n = next(iter(kwargs.values())).shape[1]
         if mask is not None:
             if mask.shape == (n, n):
                 allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool), mask.bool().cpu()], dim=1)
@@ -65,7 +68,7 @@ class Engine:
             kwargs["attention_mask"] = float_mask[None, None].to(device)
         if positions is None:
             positions = torch.arange(self.length, self.length + n)
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=True,
+        out = self.model(cache=self.cache, use_cache=True,
                          position_ids=positions.reshape(1, -1).to(device), output_hidden_states=bool(hidden_layers),
                          logits_to_keep=1 if last_only else 0, **kwargs)
         self.length += n

@@ -25,7 +25,7 @@ class OracleDraft:
         done = len(context) - self.prompt_len
         return self.continuation[done: done + k], None
 
-    def commit(self, context):
+    def commit(self, context, features=None):
         pass
 
 

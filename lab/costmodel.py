@@ -1,0 +1,187 @@
+"""Choosing an EAGLE tree for this machine: `python -m lab tune tree`.
+
+A bigger tree accepts more tokens per cycle but costs more: the target's forward grows with
+the number of tree nodes (the T(n) curve of notebook 01) and every extra drafting depth is
+one more head step with its 49k-way LM head. The best tree maximises
+
+    predicted speed-up = tau(depth, top_k, n) * T(1) / (T(n) + draft(depth, top_k) + commit)
+
+where T(n) is the target's forward over n positions after a cached prefix, draft() the
+measured wall time of drafting the tree (every head step, top-k and reranking), commit the
+head's update with the accepted tokens' true features, and tau the mean tokens per cycle.
+
+tau is measured without running the target's tree forward: on greedy continuations the
+target itself produced (MT-Bench questions that the benchmark does not use), the target's
+argmax at every tree node on the true path is simply the next token of the continuation, so
+greedy verification of any tree is a walk down the tree along the continuation.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .artifacts import command_line, git_commit, machine, write_json
+from .data import chat_ids, mt_bench
+from .decode import decode
+from .drafters import NoDraft
+from .eagle import EagleDraft, EagleHead, head_manifest, static_shape
+from .engine import Engine
+from .errors import LabError
+from .measure import forward_latency
+from .paths import DATA_DIR, fast_mode
+from .sampling import RandomStream, Sampling
+from .trees import DraftTree, rerank
+
+CHOICE_PATH = DATA_DIR / "eagle" / "tree_choice.json"
+GREEDY = Sampling(0.0, 0, 1.0)
+DEPTHS = (2, 3, 4, 5, 6)
+TOP_KS = (1, 2, 3, 4, 6, 8)
+SIZES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+
+
+@dataclass
+class TreeChoice:
+    depth: int
+    top_k: int
+    total_tokens: int
+    predicted_tau: float
+    predicted_speedup: float
+    static_predicted_tau: float | None = None
+    static_predicted_speedup: float | None = None
+
+
+def accepted_along(tree: DraftTree, continuation: list[int]) -> int:
+    """Greedy verification against a known target continuation: how many drafted nodes lie on
+    the path that follows `continuation` from the root."""
+    node, n = 0, 0
+    children: dict[int, list[int]] = {}
+    for i, parent in enumerate(tree.parents[1:], 1):
+        children.setdefault(parent, []).append(i)
+    while n < len(continuation):
+        nxt = next((c for c in children.get(node, []) if tree.tokens[c] == continuation[n]), None)
+        if nxt is None:
+            break
+        node, n = nxt, n + 1
+    return n
+
+
+@dataclass
+class Continuation:
+    ids: list[int]             # prompt + greedy response
+    prompt_len: int
+    features: torch.Tensor     # [len(ids), F] the target's features at every position
+
+
+@torch.inference_mode()
+def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int, layers: tuple[int, ...]) -> list[Continuation]:
+    """The target's own greedy answers (our AR loop) and its features along them."""
+    out = []
+    for p in prompts:
+        ids = chat_ids(tokenizer, p.text)
+        result = decode(Engine(target), NoDraft(), ids, max_new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
+        full = ids + result.tokens
+        hidden = target(input_ids=torch.tensor([full], device=target.device), output_hidden_states=True).hidden_states
+        out.append(Continuation(full, len(ids), torch.cat([hidden[layer][0] for layer in layers], -1).cpu()))
+    return out
+
+
+def _positions(seqs: list[Continuation], count: int, seed: int) -> list[tuple[int, int]]:
+    """(sequence, root position) pairs inside the responses, sampled with a fixed seed."""
+    all_pos = [(s, i) for s, c in enumerate(seqs) for i in range(c.prompt_len - 1, len(c.ids) - 2)]
+    return sorted(random.Random(seed).sample(all_pos, min(count, len(all_pos))))
+
+
+def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tuple[int, int]],
+                  depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, static_depth: int | None = None,
+                  rank_accuracy: list[float] | None = None) -> dict:
+    """tau and drafting seconds for every (depth, top_k, size) of the dynamic tree, the static
+    tree of every size at `static_depth`, and the commit time, all on the same positions."""
+    grid = [(d, k) for d in depths for k in top_ks]
+    dyn = {(d, k, n): [] for d, k in grid for n in sizes}
+    sta = {n: [] for n in sizes} if static_depth else {}
+    seconds = {(d, k): 0.0 for d, k in grid}
+    static_seconds = {n: 0.0 for n in sta}
+    commit_seconds = []
+    drafters = {(d, k): EagleDraft(head, "dynamic", d, k, max(sizes)) for d, k in grid}
+    statics = {n: EagleDraft(head, "static", shape=static_shape(n, static_depth, rank_accuracy)) for n in sta}
+    probe = next(iter(drafters.values()))
+    for s, i in positions:
+        c = seqs[s]
+        context, truth = c.ids[: i + 1], c.ids[i + 1:]
+        probe.begin(context)
+        probe.commit(context[:-3], c.features[: i - 3])
+        start = time.perf_counter()  # a typical commit: three accepted positions' features
+        probe.commit(context, c.features[i - 3: i])
+        commit_seconds.append(time.perf_counter() - start)
+        for key, drafter in list(drafters.items()) + [(("static", n), d) for n, d in statics.items()]:
+            drafter.engine, drafter.root = probe.engine, probe.root  # share the committed prefix
+            start = time.perf_counter()
+            tree = drafter.propose(context, 64, GREEDY, RandomStream(0))
+            spent = time.perf_counter() - start
+            if key[0] == "static":
+                static_seconds[key[1]] += spent
+                sta[key[1]].append(1 + accepted_along(tree, truth))
+                continue
+            seconds[key] += spent
+            for n in sizes:
+                if n <= len(tree):
+                    dyn[key + (n,)].append(1 + accepted_along(rerank(tree, n), truth))
+    count = len(positions)
+    return {
+        "positions": count,
+        "commit_seconds": sum(commit_seconds) / count,
+        "dynamic": [{"depth": d, "top_k": k, "total_tokens": n, "tau": sum(v) / len(v),
+                     "draft_seconds": seconds[(d, k)] / count}
+                    for (d, k, n), v in dyn.items() if len(v) == count],
+        "static": [{"depth": static_depth, "total_tokens": n, "tau": sum(v) / len(v),
+                    "draft_seconds": static_seconds[n] / count} for n, v in sta.items()],
+    }
+
+
+def predicted_speedup(row: dict, latency: dict[int, float], commit: float) -> float:
+    return row["tau"] * latency[1] / (latency[row["total_tokens"]] + row["draft_seconds"] + commit)
+
+
+def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int = 128, positions: int = 160,
+         prefix: int = 300, path: Path | None = CHOICE_PATH, seed: int = 0) -> dict:
+    """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
+    speed-up; write everything (and the static tree's figures at the same budget) to `path`."""
+    if prompts is None:
+        prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
+    seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, head.feature_layers)
+    latency = forward_latency(target, [1] + list(SIZES), prefix=prefix, repeats=5)
+    picks = _positions(seqs, positions, seed)
+    rank_accuracy = head_manifest(head.variant)["rank_accuracy"]
+    first = measure_trees(head, seqs, picks, sizes=SIZES)
+    commit = first["commit_seconds"]
+    for row in first["dynamic"]:
+        row["predicted_speedup"] = predicted_speedup(row, latency, commit)
+    best = max(first["dynamic"], key=lambda r: r["predicted_speedup"])
+    static = measure_trees(head, seqs, picks, depths=(best["depth"],), top_ks=(best["top_k"],), sizes=SIZES,
+                           static_depth=best["depth"], rank_accuracy=rank_accuracy)["static"]
+    for row in static:
+        row["predicted_speedup"] = predicted_speedup(row, latency, commit)
+    same = next(r for r in static if r["total_tokens"] == best["total_tokens"])
+    choice = TreeChoice(best["depth"], best["top_k"], best["total_tokens"], round(best["tau"], 4),
+                        round(best["predicted_speedup"], 4), round(same["tau"], 4), round(same["predicted_speedup"], 4))
+    result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
+              "head": head.variant, "tuning_prompts": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
+              "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
+              "target_latency_seconds": {str(k): v for k, v in latency.items()},
+              "commit_seconds": commit, "positions": first["positions"],
+              "choice": asdict(choice), "dynamic": first["dynamic"], "static": static,
+              "rank_accuracy": rank_accuracy}
+    if path:
+        write_json(path, result)
+    return result
+
+
+def load_choice(path: Path = CHOICE_PATH) -> TreeChoice:
+    if not path.exists():
+        raise LabError(f"no tuned tree at {path}: run `python -m lab tune tree` (a few minutes)")
+    return TreeChoice(**json.loads(path.read_text())["choice"])

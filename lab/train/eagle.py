@@ -1,0 +1,298 @@
+"""`python -m lab train eagle1`: train an EAGLE head on the target's features.
+
+Three steps, each resumable:
+1. Features: the target runs once over every regenerated sequence and its top feature at
+   every position is cached in fp16 under .cache/features/ (chunked, so an interrupted run
+   resumes). Training then never runs the 30-layer target, only the one-layer head.
+2. Training: pair t = (f_t + noise, x_{t+1}) -> predicted f_{t+1}. Loss = smooth-L1 between
+   predicted and true feature (weight 1; 0 for the token-only head) + 0.1 x cross-entropy of
+   the draft distribution (frozen LM head on the predicted feature) against the target's
+   distribution (LM head on the true feature), on response positions. AdamW, gradient
+   clipping, wall-clock budget, periodic checkpoints.
+3. Evaluation on the held-out prompts: top-1 agreement with the target at draft depth 1..6,
+   where depth d means the head has consumed d-1 of its own predicted features
+   (`unrolled_predictions`), plus feature drift (cosine, relative L2) against the truth.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..artifacts import atomic_write, command_line, git_commit, machine, write_json
+from ..eagle import EagleHead, head_path, save_head
+from ..errors import LabError
+from ..models import load_target
+from ..paths import CACHE_DIR, DATA_DIR
+from .distill import CHECKPOINT_SECONDS, _finish_checkpoint
+from .regen import REGEN_DIR, RegenSet, load_regen
+
+MAX_LEN = 512          # tokens per training sequence (the response and as much prompt as fits)
+CHUNK = 64             # sequences per feature-cache file
+NOISE = 0.1            # uniform noise U(-NOISE, NOISE) added to input features during training
+CE_WEIGHT = 0.1
+EVAL_DEPTHS = 6
+
+
+# ---- 1. the target's features, cached --------------------------------------------------
+
+@dataclass
+class FeatureSet:
+    """fp16 features [positions, F] of every sequence of a RegenSet, in the same order."""
+    rows: np.ndarray
+    offsets: np.ndarray
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.rows[self.offsets[i]: self.offsets[i + 1]]
+
+
+def _key(target, data: RegenSet, layers: tuple[int, ...]) -> str:
+    """Cache folder name: which data, which target (a fingerprint of its weights), which layers."""
+    weights = target.model.layers[-1].mlp.down_proj.weight[:4].detach().float().cpu().numpy().tobytes()
+    digest = hashlib.sha1(data.tokens.tobytes() + data.offsets.tobytes() + weights).hexdigest()[:12]
+    return f"{digest}_layers{'-'.join(map(str, layers))}"
+
+
+@torch.inference_mode()
+def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int = 8,
+                    progress: bool = True) -> FeatureSet:
+    """The target's hidden states (transformers' indexing: N = the normed top feature) at
+    every position of every sequence, computed once and cached."""
+    folder = CACHE_DIR / "features" / _key(target, data, layers)
+    n = len(data.offsets) - 1
+    chunks = []
+    for c, start in enumerate(tqdm(range(0, n, CHUNK), desc="target features", unit="chunk", disable=not progress)):
+        path = folder / f"chunk_{c:05d}.npy"
+        if not path.exists():
+            rows = []
+            for b in range(start, min(start + CHUNK, n), batch):
+                seqs = [data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64)
+                        for i in range(b, min(b + batch, start + CHUNK, n))]
+                width = max(len(s) for s in seqs)
+                ids = torch.zeros(len(seqs), width, dtype=torch.long)
+                mask = torch.zeros(len(seqs), width, dtype=torch.long)
+                for r, s in enumerate(seqs):  # right padding: causal attention leaves real positions exact
+                    ids[r, : len(s)], mask[r, : len(s)] = torch.from_numpy(s), 1
+                out = target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
+                                   output_hidden_states=True)
+                h = torch.cat([out.hidden_states[layer] for layer in layers], -1).half().cpu().numpy()
+                rows += [h[r, : len(s)] for r, s in enumerate(seqs)]
+            atomic_write(path, lambda tmp, rows=rows: np.save(open(tmp, "wb"), np.concatenate(rows)))
+        chunks.append(np.load(path))
+    return FeatureSet(np.concatenate(chunks), data.offsets.astype(np.int64))
+
+
+# ---- 2. training ----------------------------------------------------------------------
+
+def _batch(items: list[tuple[np.ndarray, np.ndarray, int]]):
+    """(ids, features, prompt length) -> padded pairs: input features [B, P, F], next tokens
+    [B, P], true next features [B, P, H], padding mask [B, P], loss mask [B, P].
+    Pair i predicts f_{i+1} (and through it token i+2); it is scored when token i+2 would be
+    a response token."""
+    rows = []
+    for ids, feats, prompt_len in items:
+        cut = max(0, len(ids) - MAX_LEN)
+        rows.append((ids[cut:], feats[cut:], max(prompt_len - cut, 2)))
+    width = max(len(ids) for ids, _, _ in rows) - 1
+    b, dim = len(rows), rows[0][1].shape[-1]
+    f_in = torch.zeros(b, width, dim)
+    tokens = torch.zeros(b, width, dtype=torch.long)
+    pad = torch.zeros(b, width, dtype=torch.long)
+    scored = torch.zeros(b, width, dtype=torch.bool)
+    for r, (ids, feats, start) in enumerate(rows):
+        f = torch.from_numpy(feats.astype(np.float32))
+        p = len(ids) - 1
+        f_in[r, :p], tokens[r, :p] = f[:-1], torch.from_numpy(ids[1:])
+        pad[r, :p] = 1
+        scored[r, start - 2: p] = True
+    f_next = torch.cat([f_in[:, 1:], torch.zeros(b, 1, dim)], 1)
+    for r, (_, feats, _) in enumerate(rows):  # the last pair's target is the final feature
+        f_next[r, len(feats) - 2] = torch.from_numpy(feats[-1].astype(np.float32))
+    return f_in, tokens, f_next, pad, scored
+
+
+def head_loss(head: EagleHead, batch, feature_weight: float, ce_fraction: float = 1.0,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, float, float]:
+    """(total loss, feature smooth-L1, cross-entropy) for one batch."""
+    f_in, tokens, f_next, pad, scored = batch
+    noisy = f_in + (torch.rand(f_in.shape, generator=generator) * 2 - 1) * NOISE
+    pred = head(noisy, tokens, attention_mask=pad)
+    feature = F.smooth_l1_loss(pred[scored], f_next[scored])
+    keep = scored & (torch.rand(scored.shape, generator=generator) < ce_fraction) if ce_fraction < 1 else scored
+    with torch.no_grad():
+        p_target = torch.softmax(head.logits(f_next[keep]).float(), -1)
+    ce = -(p_target * torch.log_softmax(head.logits(pred[keep]).float(), -1)).sum(-1).mean()
+    return feature_weight * feature + CE_WEIGHT * ce, float(feature.detach()), float(ce.detach())
+
+
+def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, lr: float = 1e-3, seed: int = 0,
+               ce_fraction: float = 0.5, resume: bool = False, out: Path | None = None, target=None,
+               data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None) -> Path:
+    """Train an EAGLE head for `minutes` of wall time (or `max_steps`) and write it (fp16) with
+    its manifest to `out` (default data/eagle/<variant>.safetensors)."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
+    target = target if target is not None else load_target()
+    for param in target.parameters():
+        param.requires_grad_(False)
+    data = data if data is not None else load_regen()
+    head = EagleHead(target, variant)
+    feats = target_features(target, data, head.feature_layers)
+    split = data.split
+    train = [(i, int(data.prompt_lens[i])) for i in range(len(split)) if split[i] == 1]
+    heldout = [i for i in range(len(split)) if split[i] == 0][:eval_prompts]
+    feature_weight = 0.0 if variant == "token-only" else 1.0
+    params = [p for p in head.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    out = out or head_path(variant)
+    ckpt = CACHE_DIR / "checkpoints" / (out.stem + ".pt")
+    step, spent, history = 0, 0.0, []
+    shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size}
+    if resume and ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        if state["shape"] != shape:
+            raise LabError(f"{ckpt} is for {state['shape']}, not {shape}: delete it or drop --resume")
+        head.load_state_dict(state["model"], strict=False)
+        optim.load_state_dict(state["optim"])
+        step, spent, history = state["step"], state["spent"], state["history"]
+        rng.setstate(state["rng"])
+    budget = minutes * 60
+    head.train()
+    bar = tqdm(total=round(budget), initial=round(spent), desc=f"train {variant}", unit="s")
+    last_ckpt = time.perf_counter()
+    while spent < budget and (max_steps is None or step < max_steps):
+        t0 = time.perf_counter()
+        # linear warm-up over 50 steps, then cosine decay over the time budget
+        scale = min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
+        for group in optim.param_groups:
+            group["lr"] = lr * scale
+        items = [(data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64), feats[i], p)
+                 for i, p in rng.sample(train, batch)]
+        loss, feature, ce = head_loss(head, _batch(items), feature_weight, ce_fraction, generator)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        optim.step()
+        step += 1
+        history.append((round(feature, 4), round(ce, 4)))
+        spent += time.perf_counter() - t0
+        recent = np.mean(history[-20:], axis=0)
+        bar.n = round(spent)
+        bar.set_postfix(step=step, feature=f"{recent[0]:.3f}", ce=f"{recent[1]:.3f}")
+        if time.perf_counter() - last_ckpt >= CHECKPOINT_SECONDS:
+            atomic_write(ckpt, lambda tmp: torch.save(
+                {"shape": shape, "model": head.own_state(), "optim": optim.state_dict(), "step": step,
+                 "spent": spent, "history": history, "rng": rng.getstate()}, tmp))
+            last_ckpt = time.perf_counter()
+    bar.close()
+    head.eval()
+    save_head(head, out)
+    report = evaluate_head(head, data, feats, heldout)
+    regen_manifest = REGEN_DIR / "manifest.json"
+    regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
+    first, last = np.mean(history[:20], axis=0), np.mean(history[-20:], axis=0)
+    write_json(out.with_suffix(".json"), {
+        "artifact": str(out.relative_to(DATA_DIR.parent)) if out.is_relative_to(DATA_DIR.parent) else str(out),
+        "command": command_line(), "commit": git_commit(), "machine": machine(),
+        "variant": variant, "inputs": list(head.inputs), "feature_layers": list(head.feature_layers),
+        "architecture": "fc (k*H -> H, bias) + one Llama decoder layer, no final norm; the target's embedding and "
+                        "LM head shared and frozen; stored in fp16",
+        "objective": {"feature_smooth_l1_weight": feature_weight, "soft_ce_weight": CE_WEIGHT,
+                      "ce_fraction_of_positions": ce_fraction, "input_noise": f"uniform(-{NOISE}, {NOISE})"},
+        "data": {"file": regen.get("artifact"), "train_sequences": len(train),
+                 "train_response_tokens": regen.get("train", {}).get("response_tokens"),
+                 "heldout_prompts_evaluated": len(heldout)},
+        "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch, "max_len": MAX_LEN,
+                      "grad_clip": 0.5, "schedule": "50-step warm-up, cosine over the budget"},
+        "cpu_budget_minutes": minutes, "steps": step, "wall_seconds": round(spent, 1), "max_steps": max_steps,
+        "loss_first_20": {"feature": round(float(first[0]), 4), "ce": round(float(first[1]), 4)},
+        "loss_last_20": {"feature": round(float(last[0]), 4), "ce": round(float(last[1]), 4)},
+        **report,
+    })
+    _finish_checkpoint(ckpt)
+    return out
+
+
+# ---- 3. evaluation: drafting deeper on the head's own predictions -------------------------
+
+def unroll_mask(pairs: int, steps: int) -> torch.Tensor:
+    """bool [steps*P, steps*P] over blocks 0..steps-1 of P pairs. Block 0 is teacher-forced
+    (causal). Block s at position i is the s-th self-fed step of a chain that started after
+    true pair i-s: it sees true pairs <= i-s and, in each block 1..s, the one chain member
+    on its diagonal (position i-s+r in block r)."""
+    n = steps * pairs
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    idx = torch.arange(pairs)
+    mask[:pairs, :pairs] = idx[:, None] >= idx[None, :]
+    for s in range(1, steps):
+        rows = s * pairs + idx
+        mask[rows] = torch.cat([idx[None, :] <= (idx[:, None] - s), torch.zeros(pairs, n - pairs, dtype=torch.bool)], 1)
+        for r in range(1, s + 1):
+            cols = r * pairs + idx - s + r
+            ok = idx - s + r >= 0
+            mask[rows[ok], cols[ok]] = True
+    return mask
+
+
+@torch.no_grad()
+def unrolled_predictions(head: EagleHead, features: torch.Tensor, tokens: torch.Tensor,
+                         steps: int) -> list[torch.Tensor]:
+    """For one sequence (features [T, F], tokens [T]): predictions [P, H] (P = T-1 pairs) for
+    draft depth 1..steps. At depth s+1, row i predicts f_{i+1} after the head consumed its own
+    predictions for features i-s+1 .. i (true tokens throughout: the drafts before it were
+    accepted). Rows i < s have no such chain and are meaningless."""
+    pairs = len(tokens) - 1
+    inputs = [features[:-1]]
+    preds: list[torch.Tensor] = []
+    for s in range(steps):
+        n = s + 1
+        mask = unroll_mask(pairs, n)
+        float_mask = torch.zeros(mask.shape).masked_fill_(~mask, torch.finfo(torch.float32).min)
+        out = head(torch.cat(inputs)[None], tokens[1:].repeat(n)[None], attention_mask=float_mask[None, None],
+                   position_ids=torch.arange(pairs).repeat(n)[None])[0]
+        preds.append(out[s * pairs:])
+        # the next block's feature at position i is this step's prediction of f_i (from row i-1)
+        inputs.append(torch.cat([torch.zeros(1, out.shape[-1]), preds[-1][:-1]]))
+    return preds
+
+
+def evaluate_head(head: EagleHead, data: RegenSet, feats: FeatureSet, indices: list[int],
+                  depths: int = EVAL_DEPTHS, ranks: int = 10) -> dict:
+    """Held-out top-1 agreement with the target's greedy token at depth 1..`depths`, the
+    depth-1 accuracy of each rank (for EAGLE-1's static tree), and feature drift."""
+    hits, cos, rel, count = np.zeros(depths), np.zeros(depths), np.zeros(depths), np.zeros(depths)
+    rank_hits = np.zeros(ranks)
+    hidden = head.body.config.hidden_size
+    for i in indices:
+        ids = torch.from_numpy(data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64))
+        f = torch.from_numpy(feats[i].astype(np.float32))
+        prompt_len = int(data.prompt_lens[i])
+        preds = unrolled_predictions(head, f, ids, depths)
+        truth = f[1:, -hidden:]
+        for s, pred in enumerate(preds):
+            rows = torch.arange(len(pred))
+            ok = (rows >= s) & (rows + 2 >= prompt_len) & (rows + 2 < len(ids))
+            logits = head.logits(pred[ok])
+            hits[s] += int((logits.argmax(-1) == ids[rows[ok] + 2]).sum())
+            cos[s] += float(F.cosine_similarity(pred[ok], truth[ok], dim=-1).sum())
+            rel[s] += float(((pred[ok] - truth[ok]).norm(dim=-1) / truth[ok].norm(dim=-1)).sum())
+            count[s] += int(ok.sum())
+            if s == 0:
+                top = torch.topk(logits, ranks, dim=-1).indices
+                rank_hits += (top == ids[rows[ok] + 2][:, None]).sum(0).numpy()
+    count = np.maximum(count, 1)
+    return {"heldout_top1_agreement_by_depth": [round(float(x), 4) for x in hits / count],
+            "heldout_feature_cosine_by_depth": [round(float(x), 4) for x in cos / count],
+            "heldout_feature_relative_l2_by_depth": [round(float(x), 4) for x in rel / count],
+            "heldout_positions": int(count[0]),
+            "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]]}

@@ -1,0 +1,171 @@
+"""EAGLE heads: drafting equals AR at temperature 0, the head's cache follows the accepted
+tokens' true features, the unrolled evaluation matches sequential drafting, static trees are
+well formed, training lowers the loss and checkpoints round-trip."""
+import numpy as np
+import pytest
+import torch
+
+from lab.costmodel import accepted_along
+from lab.data import chat_ids, mt_bench
+from lab.decode import decode
+from lab.drafters import NoDraft
+from lab.eagle import EagleDraft, EagleHead, load_head, save_head, static_shape
+from lab.engine import Engine
+from lab.errors import LabError
+from lab.sampling import Sampling
+from lab.train.eagle import _batch, head_loss, train_head, unroll_mask, unrolled_predictions
+from lab.train.regen import RegenSet, load_regen
+from lab.trees import DraftTree
+
+GREEDY = Sampling()
+
+
+def prompts(tokenizer, n):
+    return [chat_ids(tokenizer, p.text)[-200:] for p in mt_bench()[:n]]
+
+
+def drafters(head):
+    return [EagleDraft(head, "dynamic", 4, 3, 12), EagleDraft(head, "static", shape=static_shape(12, 4, [0.5, 0.2, 0.1]))]
+
+
+def assert_eagle_equals_ar(model, head, tokenizer, n_prompts, new_tokens):
+    target = Engine(model)
+    for prompt in prompts(tokenizer, n_prompts):
+        ar = decode(target, NoDraft(), prompt, new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
+        for drafter in drafters(head):
+            out = decode(target, drafter, prompt, new_tokens, GREEDY, 6, 0, tokenizer.eos_token_id)
+            assert out.tokens == ar.tokens, drafter.name
+            assert out.cycles <= ar.cycles
+    return out
+
+
+def test_eagle_equals_ar_tiny(tiny, tokenizer):
+    assert_eagle_equals_ar(tiny, EagleHead(tiny).eval(), tokenizer, 5, 24)
+
+
+@pytest.mark.slow
+def test_eagle_equals_ar_real(target, tokenizer):
+    """The shipped head on 20 MT-Bench prompts: exactly AR's tokens, and it does accept drafts."""
+    out = assert_eagle_equals_ar(target, load_head(target), tokenizer, 20, 32)
+    assert out.tau > 1.2
+
+
+def test_sampled_eagle_runs_and_is_reproducible(tiny, tokenizer):
+    prompt = prompts(tokenizer, 1)[0]
+    s = Sampling(1.0, top_p=0.9)
+    runs = [decode(Engine(tiny), EagleDraft(EagleHead(tiny).eval(), "dynamic", 3, 2, 6), prompt, 20, s, 4, 7, None)
+            for _ in range(2)]
+    assert runs[0].tokens == runs[1].tokens and len(runs[0].tokens) == 20
+
+
+class Recorder(EagleDraft):
+    def commit(self, context, features=None):
+        super().commit(context, features)
+        self.last_context = list(context)
+
+
+def test_head_cache_holds_the_true_features_of_the_accepted_context(tiny, tokenizer):
+    """After several cycles, the head's root prediction equals a fresh run of the head over
+    the whole accepted context with the target's features from one full forward."""
+    torch.manual_seed(0)
+    head = EagleHead(tiny).eval()
+    drafter = Recorder(head, "dynamic", 3, 2, 6)
+    decode(Engine(tiny), drafter, prompts(tokenizer, 1)[0], 20, GREEDY, 4, 0, None)
+    ids = torch.tensor(drafter.last_context)
+    with torch.no_grad():
+        f = tiny(input_ids=ids[None], output_hidden_states=True).hidden_states[head.feature_layers[0]][0]
+        fresh = head(f[:-1][None], ids[1:][None])[0, -1]
+    assert torch.allclose(drafter.root[0], fresh, atol=1e-4)
+
+
+def test_unrolled_predictions_match_feeding_own_outputs(tiny):
+    """Depth-3 predictions from the one-pass unrolled mask equal running the head on a
+    sequence whose last two features are its own earlier predictions."""
+    torch.manual_seed(0)
+    head = EagleHead(tiny).eval()
+    ids = torch.randint(0, 1000, (14,))
+    with torch.no_grad():
+        f = tiny(input_ids=ids[None], output_hidden_states=True).hidden_states[-1][0]
+        preds = unrolled_predictions(head, f, ids, 3)
+        for i in (2, 7, 11):
+            p1 = head(f[:i][None], ids[1: i + 1][None])[0, -1]  # predicts f_i
+            p2 = head(torch.cat([f[:i], p1[None]])[None], ids[1: i + 2][None])[0, -1]
+            p3 = head(torch.cat([f[:i], p1[None], p2[None]])[None], ids[1: i + 3][None])[0, -1]
+            assert torch.allclose(preds[0][i - 1], p1, atol=1e-5)
+            assert torch.allclose(preds[1][i], p2, atol=1e-5)
+            assert torch.allclose(preds[2][i + 1], p3, atol=1e-5)
+
+
+def test_unroll_mask_block_zero_is_causal_and_chains_see_their_members():
+    m = unroll_mask(5, 3)
+    assert torch.equal(m[:5, :5], torch.tril(torch.ones(5, 5, dtype=torch.bool)))
+    row = 2 * 5 + 4  # block 2, position 4: true pairs <= 2, block 1 position 3, itself
+    assert m[row].nonzero().flatten().tolist() == [0, 1, 2, 8, 14]
+
+
+def test_static_shape_is_a_connected_parents_first_tree():
+    acc = [0.4, 0.15, 0.08, 0.04]
+    shape = static_shape(20, 5, acc)
+    assert len(shape) == 19 and len(set(shape)) == 19
+    seen = set()
+    for path in shape:
+        assert len(path) <= 5 and max(path) < len(acc)
+        assert len(path) == 1 or path[:-1] in seen
+        seen.add(path)
+    assert shape[:3] == [(0,), (1,), (2,)] and (0, 0) in shape
+    with pytest.raises(LabError):
+        static_shape(8, 3, [0.5, 0.0])
+
+
+def test_accepted_along_walks_the_matching_path():
+    tree = DraftTree([9, 1, 2, 3, 4], [-1, 0, 0, 1, 2])
+    assert accepted_along(tree, [2, 4, 5]) == 2
+    assert accepted_along(tree, [1, 4]) == 1
+    assert accepted_along(tree, [7]) == 0
+
+
+def small_set(n=12, heldout=2):
+    d = load_regen()
+    return RegenSet(d.tokens[: d.offsets[n]], d.offsets[: n + 1], d.prompt_lens[:n],
+                    np.array([0] * heldout + [1] * (n - heldout), np.uint8))
+
+
+def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
+    out = tmp_path / "head.safetensors"
+    train_head("eagle1", 5.0, target=tiny, data=small_set(), max_steps=25, lr=3e-3, out=out, eval_prompts=1)
+    import json
+    manifest = json.loads(out.with_suffix(".json").read_text())
+    assert manifest["loss_last_20"]["feature"] < manifest["loss_first_20"]["feature"]
+    assert len(manifest["heldout_top1_agreement_by_depth"]) == 6 and manifest["steps"] == 25
+    head = load_head(tiny, "eagle1", out)
+    copy = load_head(tiny, "eagle1", out)
+    f, t = torch.randn(1, 5, tiny.config.hidden_size), torch.randint(0, 100, (1, 5))
+    with torch.no_grad():
+        assert torch.equal(head(f, t), copy(f, t))
+    with pytest.raises(LabError, match="different target or head shape"):
+        load_head(tiny, "no-token", out)  # a file of another variant under this name
+
+
+def test_head_loss_feature_term_is_zero_for_a_perfect_prediction(tiny):
+    """The batch aligns pair i with the true feature f_{i+1}: a head that outputs exactly
+    that has zero feature loss (noise aside), so the targets are not shifted wrongly."""
+    d = small_set(4, 1)
+    from lab.train.eagle import target_features
+    feats = target_features(tiny, d, (tiny.config.num_hidden_layers,), progress=False)
+    items = [(d.tokens[d.offsets[i]: d.offsets[i + 1]].astype(np.int64), feats[i], int(d.prompt_lens[i]))
+             for i in range(1, 4)]
+    f_in, tokens, f_next, pad, scored = _batch(items)
+    assert torch.equal(f_next[0, :3], f_in[0, 1:4])
+    assert scored.sum() > 0
+
+    class Oracle(EagleHead):
+        def forward(self, features, tokens, attention_mask=None, position_ids=None):
+            return f_next
+
+    import lab.train.eagle as module
+    old, module.NOISE = module.NOISE, 0.0
+    try:
+        _, feature, _ = head_loss(Oracle(tiny), (f_in, tokens, f_next, pad, scored), 1.0)
+    finally:
+        module.NOISE = old
+    assert feature == 0.0
