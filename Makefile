@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data demo test figures lab bench data drafts clean-cache gpu-check
+.PHONY: setup setup-data demo test figures lab bench bench-eagle data drafts eagle-heads tune clean-cache gpu-check
 
 setup: $(STAMP)
 
@@ -47,12 +47,29 @@ bench: setup
 		--max-new-tokens 128 --temperature 0 --json data/results/bench_foundation.json \
 		--figure figures/bench_foundation.png
 
+# The benchmark of the EAGLE-1/2 issue (tree size from `make tune`).
+bench-eagle: setup
+	$(PY) -m lab bench --methods ar,eagle1,eagle2 --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle.json \
+		--figure figures/bench_eagle.png
+
 # Rebuild the shipped artifacts (long jobs: run them with nohup; both resume).
 data: setup
-	$(PY) -m lab data build
+	$(PY) -m lab data build --tokens 200000
 
 drafts: setup
 	for n in 1 2 4; do $(PY) -m lab train draft --layers $$n --minutes 6 || exit 1; done
+
+# the shipped EAGLE head (30 CPU-minutes) and notebook 04's three equal-budget variants (7 each)
+eagle-heads: setup
+	$(PY) -m lab train eagle1 --minutes 30
+	$(PY) -m lab train eagle1 --variant eagle1 --name eagle1-short --minutes 7
+	$(PY) -m lab train eagle1 --variant no-token --minutes 7
+	$(PY) -m lab train eagle1 --variant token-only --minutes 7
+
+# the EAGLE tree size for this machine (cost model), read by bench/generate
+tune: setup
+	$(PY) -m lab tune tree
 
 clean-cache:
 	rm -rf .cache

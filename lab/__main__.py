@@ -144,9 +144,10 @@ def _train(args: argparse.Namespace) -> None:
             raise LabError("`train draft` needs --layers N (1, 2 or 4)")
         print(train_draft(args.layers, args.minutes or 6.0, batch=args.batch, lr=args.lr or 2e-3, resume=args.resume))
     else:
+        from .eagle import head_path
         from .train.eagle import train_head
         print(train_head(args.variant, args.minutes or 30.0, batch=args.batch, lr=args.lr or 1e-3,
-                         resume=args.resume))
+                         resume=args.resume, out=head_path(args.name or args.variant)))
 
 
 def _tune(args: argparse.Namespace) -> None:
@@ -195,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--layers", type=int, help="draft: decoder layers (1, 2 or 4)")
     train.add_argument("--variant", default="eagle1", choices=["eagle1", "no-token", "token-only"],
                        help="eagle1: what the head sees (default: feature + next token)")
+    train.add_argument("--name", default=None,
+                       help="eagle1: save as data/eagle/NAME.safetensors (default: the variant's name)")
     train.add_argument("--minutes", type=float, default=None,
                        help="wall-clock budget in minutes (default: 6 for a draft, 30 for an EAGLE head)")
     train.add_argument("--batch", type=int, default=8)

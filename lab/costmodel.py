@@ -55,21 +55,6 @@ class TreeChoice:
     static_predicted_speedup: float | None = None
 
 
-def accepted_along(tree: DraftTree, continuation: list[int]) -> int:
-    """Greedy verification against a known target continuation: how many drafted nodes lie on
-    the path that follows `continuation` from the root."""
-    node, n = 0, 0
-    children: dict[int, list[int]] = {}
-    for i, parent in enumerate(tree.parents[1:], 1):
-        children.setdefault(parent, []).append(i)
-    while n < len(continuation):
-        nxt = next((c for c in children.get(node, []) if tree.tokens[c] == continuation[n]), None)
-        if nxt is None:
-            break
-        node, n = nxt, n + 1
-    return n
-
-
 @dataclass
 class Continuation:
     ids: list[int]             # prompt + greedy response
@@ -90,7 +75,7 @@ def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int, layers
     return out
 
 
-def _positions(seqs: list[Continuation], count: int, seed: int) -> list[tuple[int, int]]:
+def draft_positions(seqs: list[Continuation], count: int, seed: int) -> list[tuple[int, int]]:
     """(sequence, root position) pairs inside the responses, sampled with a fixed seed."""
     all_pos = [(s, i) for s, c in enumerate(seqs) for i in range(c.prompt_len - 1, len(c.ids) - 2)]
     return sorted(random.Random(seed).sample(all_pos, min(count, len(all_pos))))
@@ -125,12 +110,12 @@ def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tup
             spent = time.perf_counter() - start
             if key[0] == "static":
                 static_seconds[key[1]] += spent
-                sta[key[1]].append(1 + accepted_along(tree, truth))
+                sta[key[1]].append(len(tree.follow(truth)))
                 continue
             seconds[key] += spent
             for n in sizes:
                 if n <= len(tree):
-                    dyn[key + (n,)].append(1 + accepted_along(rerank(tree, n), truth))
+                    dyn[key + (n,)].append(len(rerank(tree, n).follow(truth)))
     count = len(positions)
     return {
         "positions": count,
@@ -143,26 +128,51 @@ def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tup
     }
 
 
+def node_outcomes(head: EagleHead, seqs: list[Continuation], positions: list[tuple[int, int]], depth: int,
+                  top_k: int, total_tokens: int) -> list[dict]:
+    """Every drafted node whose parent the target accepted (greedy, along the known
+    continuation): its confidence, depth, rank among its siblings, and whether it was accepted.
+    The data behind EAGLE-2's calibration plot and acceptance by tree position."""
+    drafter = EagleDraft(head, "dynamic", depth, top_k, total_tokens)
+    out = []
+    for s, i in positions:
+        c = seqs[s]
+        context = c.ids[: i + 1]
+        drafter.begin(context)
+        drafter.commit(context, c.features[:i])
+        tree = drafter.propose(context, depth, GREEDY, RandomStream(0))
+        on_path = set(tree.follow(c.ids[i + 1:]))
+        depths, rank = tree.depths(), {}
+        for node in range(1, len(tree)):
+            parent = tree.parents[node]
+            rank[parent] = rank.get(parent, -1) + 1
+            if parent in on_path:
+                out.append({"confidence": tree.confidences[node], "depth": depths[node], "rank": rank[parent],
+                            "accepted": node in on_path})
+    return out
+
+
 def predicted_speedup(row: dict, latency: dict[int, float], commit: float) -> float:
     return row["tau"] * latency[1] / (latency[row["total_tokens"]] + row["draft_seconds"] + commit)
 
 
 def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int = 128, positions: int = 160,
-         prefix: int = 300, path: Path | None = CHOICE_PATH, seed: int = 0) -> dict:
+         prefix: int = 300, path: Path | None = CHOICE_PATH, seed: int = 0, rank_accuracy: list[float] | None = None,
+         depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES) -> dict:
     """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
     speed-up; write everything (and the static tree's figures at the same budget) to `path`."""
     if prompts is None:
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
     seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, head.feature_layers)
-    latency = forward_latency(target, [1] + list(SIZES), prefix=prefix, repeats=5)
-    picks = _positions(seqs, positions, seed)
-    rank_accuracy = head_manifest(head.variant)["rank_accuracy"]
-    first = measure_trees(head, seqs, picks, sizes=SIZES)
+    latency = forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5)
+    picks = draft_positions(seqs, positions, seed)
+    rank_accuracy = rank_accuracy or head_manifest(head.variant)["rank_accuracy"]
+    first = measure_trees(head, seqs, picks, depths, top_ks, sizes)
     commit = first["commit_seconds"]
     for row in first["dynamic"]:
         row["predicted_speedup"] = predicted_speedup(row, latency, commit)
     best = max(first["dynamic"], key=lambda r: r["predicted_speedup"])
-    static = measure_trees(head, seqs, picks, depths=(best["depth"],), top_ks=(best["top_k"],), sizes=SIZES,
+    static = measure_trees(head, seqs, picks, depths=(best["depth"],), top_ks=(best["top_k"],), sizes=sizes,
                            static_depth=best["depth"], rank_accuracy=rank_accuracy)["static"]
     for row in static:
         row["predicted_speedup"] = predicted_speedup(row, latency, commit)

@@ -42,6 +42,17 @@ class DraftTree:
         """Absolute positions: the root's, plus each node's depth."""
         return root_position + torch.tensor(self.depths())
 
+    def follow(self, tokens: list[int]) -> list[int]:
+        """The root and the nodes reached by walking down the tree along `tokens` (greedy
+        verification against a known continuation: the walk stops at the first miss)."""
+        path = [0]
+        for token in tokens:
+            child = next((i for i, p in enumerate(self.parents) if p == path[-1] and self.tokens[i] == token), None)
+            if child is None:
+                break
+            path.append(child)
+        return path
+
     def path_to(self, node: int) -> list[int]:
         path = []
         while node >= 0:

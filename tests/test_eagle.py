@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-from lab.costmodel import accepted_along
 from lab.data import chat_ids, mt_bench
 from lab.decode import decode
 from lab.drafters import NoDraft
@@ -117,11 +116,11 @@ def test_static_shape_is_a_connected_parents_first_tree():
         static_shape(8, 3, [0.5, 0.0])
 
 
-def test_accepted_along_walks_the_matching_path():
+def test_follow_walks_the_matching_path():
     tree = DraftTree([9, 1, 2, 3, 4], [-1, 0, 0, 1, 2])
-    assert accepted_along(tree, [2, 4, 5]) == 2
-    assert accepted_along(tree, [1, 4]) == 1
-    assert accepted_along(tree, [7]) == 0
+    assert tree.follow([2, 4, 5]) == [0, 2, 4]
+    assert tree.follow([1, 4]) == [0, 1]
+    assert tree.follow([7]) == [0]
 
 
 def small_set(n=12, heldout=2):
@@ -169,3 +168,20 @@ def test_head_loss_feature_term_is_zero_for_a_perfect_prediction(tiny):
     finally:
         module.NOISE = old
     assert feature == 0.0
+
+
+def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer):
+    from lab.costmodel import predicted_speedup, tune
+    result = tune(tiny, tokenizer, EagleHead(tiny).eval(), prompts=mt_bench(2), max_new_tokens=10, positions=6,
+                  prefix=16, path=None, rank_accuracy=[0.3, 0.1], depths=(2, 3), top_ks=(1, 2), sizes=(2, 4))
+    latency = {int(k): v for k, v in result["target_latency_seconds"].items()}
+    rows = result["dynamic"]
+    # every size the tree can reach (depth 2, top-1 drafts only 3 nodes with the root)
+    possible = {(d, k, n) for d in (2, 3) for k in (1, 2) for n in (2, 4) if n <= 1 + k + (d - 1) * k * k}
+    assert {(r["depth"], r["top_k"], r["total_tokens"]) for r in rows} == possible
+    for r in rows:
+        assert 1 <= r["tau"] <= r["total_tokens"]
+        assert r["predicted_speedup"] == predicted_speedup(r, latency, result["commit_seconds"])
+    best = max(rows, key=lambda r: r["predicted_speedup"])
+    assert result["choice"]["predicted_speedup"] == round(best["predicted_speedup"], 4)
+    assert [r["total_tokens"] for r in result["static"]] == [2, 4]

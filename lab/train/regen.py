@@ -192,6 +192,15 @@ class RegenSet:
                 for i in range(len(self.split)) if self.split[i] == want]
 
 
+    def subset(self, which: str, limit: int | None = None) -> "RegenSet":
+        """The first `limit` sequences of one split, as a RegenSet of its own."""
+        want = {"heldout": 0, "train": 1}[which]
+        keep = [i for i in range(len(self.split)) if self.split[i] == want][:limit]
+        seqs = [self.tokens[self.offsets[i]: self.offsets[i + 1]] for i in keep]
+        offsets = np.cumsum([0] + [len(s) for s in seqs]).astype(self.offsets.dtype)
+        return RegenSet(np.concatenate(seqs), offsets, self.prompt_lens[keep], self.split[keep])
+
+
 def load_regen() -> RegenSet:
     path = REGEN_DIR / "sharegpt_smollm2.npz"
     if not path.exists():
