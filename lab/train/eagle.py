@@ -36,7 +36,7 @@ from ..paths import CACHE_DIR, DATA_DIR
 from .distill import CHECKPOINT_SECONDS, _finish_checkpoint
 from .regen import REGEN_DIR, RegenSet, load_regen
 
-MAX_LEN = 512          # tokens per training sequence (the response and as much prompt as fits)
+MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
 CHUNK = 64             # sequences per feature-cache file
 NOISE = 0.1            # uniform noise U(-NOISE, NOISE) added to input features during training
 CE_WEIGHT = 0.1
