@@ -47,3 +47,15 @@ def test_bad_input_gives_one_line_errors(tmp_path):
     assert r.returncode == 2 and "unknown method" in r.stderr
     r = lab("bench", "--target", "tiny", "--prompts", str(tmp_path / "none.jsonl"))
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_eagle_head_of_another_target_is_a_one_line_error():
+    r = lab("bench", "--target", "tiny", "--methods", "ar,eagle2", "--limit", "1", "--max-new-tokens", "4",
+            "--eagle-tree", "2,2,4")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "different target or head shape" in r.stderr and "retrain" in r.stderr
+
+
+def test_bad_eagle_tree_flag_is_a_one_line_error():
+    r = lab("generate", "Hi", "--target", "tiny", "--method", "eagle2", "--eagle-tree", "4,4")
+    assert r.returncode == 2 and "--eagle-tree must be three positive integers" in r.stderr

@@ -185,3 +185,20 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer):
     best = max(rows, key=lambda r: r["predicted_speedup"])
     assert result["choice"]["predicted_speedup"] == round(best["predicted_speedup"], 4)
     assert [r["total_tokens"] for r in result["static"]] == [2, 4]
+
+
+def test_training_resumes_from_a_checkpoint_and_refuses_a_wrong_one(tiny, tmp_path, monkeypatch):
+    import json
+
+    import lab.train.eagle as module
+    monkeypatch.setattr(module, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(module, "CHECKPOINT_SECONDS", 0)                  # checkpoint after every step
+    monkeypatch.setattr(module, "_finish_checkpoint", lambda path: None)  # as if the run had been killed
+    out = tmp_path / "head.safetensors"
+    data = small_set(6, 1)
+    train_head("eagle1", 5.0, target=tiny, data=data, max_steps=4, out=out, eval_prompts=1)
+    assert (tmp_path / "checkpoints" / "head.pt").exists()
+    train_head("eagle1", 5.0, target=tiny, data=data, max_steps=6, out=out, eval_prompts=1, resume=True)
+    assert json.loads(out.with_suffix(".json").read_text())["steps"] == 6  # continued from step 4
+    with pytest.raises(LabError, match="drop --resume"):
+        train_head("no-token", 5.0, target=tiny, data=data, max_steps=6, out=out, eval_prompts=1, resume=True)

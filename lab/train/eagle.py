@@ -177,7 +177,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
         for group in optim.param_groups:
             group["lr"] = lr * scale
         items = [(data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64), feats[i], p)
-                 for i, p in rng.sample(train, batch)]
+                 for i, p in rng.sample(train, min(batch, len(train)))]
         loss, feature, ce = head_loss(head, _batch(items), feature_weight, ce_fraction, generator)
         optim.zero_grad(set_to_none=True)
         loss.backward()
