@@ -42,13 +42,12 @@ def _eagle(args: argparse.Namespace, target):
     """The EAGLE head, its tree size (tuned or given) and the per-rank accuracies of its manifest."""
     from .costmodel import TreeChoice, load_choice
     from .eagle import head_manifest, load_head
-    head = load_head(target)
     if args.eagle_tree == "auto":
         choice = load_choice()
     else:
         depth, top_k, total = _parse_tree(args.eagle_tree, "--eagle-tree")
         choice = TreeChoice(depth, top_k, total, None, None)
-    return head, choice, head_manifest()["rank_accuracy"]
+    return load_head(target), choice, head_manifest()["rank_accuracy"]
 
 
 def _load(args: argparse.Namespace, need_draft: bool):
