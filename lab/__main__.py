@@ -111,6 +111,7 @@ def _generate(args: argparse.Namespace) -> None:
         setup = Setup(target, None, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
         setup.head, setup.eagle_tree, setup.rank_accuracy = _eagle(args, target)
         drafter = setup.eagle_drafter(args.method)
+        args.draft_len = setup.eagle_tree.depth  # a tree drafts as deep as its depth
     tokens: list[int] = []
     printed = ""
 

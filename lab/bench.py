@@ -56,11 +56,12 @@ class Setup:
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
 
 
-def _ours(setup: Setup, drafter) -> Runner:
+def _ours(setup: Setup, drafter, draft_len: int | None = None) -> Runner:
+    """Our loop; `draft_len` (default setup.draft_len) caps the drafts per cycle (a tree's depth)."""
     engine = Engine(setup.target)
 
     def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
-        return decode(engine, drafter, prompt, max_new_tokens, setup.sampling, setup.draft_len,
+        return decode(engine, drafter, prompt, max_new_tokens, setup.sampling, draft_len or setup.draft_len,
                       prompt_seed(setup.seed, index), setup.tokenizer.eos_token_id, kernel=setup.kernel)
     return run
 
@@ -109,7 +110,7 @@ def make_runner(setup: Setup, method: str) -> Runner:
     if method == "sd-tree":
         return _ours(setup, TreeModelDraft(setup.draft, *setup.tree))
     if method in ("eagle1", "eagle2"):
-        return _ours(setup, setup.eagle_drafter(method))
+        return _ours(setup, setup.eagle_drafter(method), setup.eagle_tree.depth)
     if method in ("hf", "hf-assisted", "hf-pld"):
         return _hf(setup, method)
     raise LabError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
