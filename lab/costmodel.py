@@ -75,9 +75,11 @@ def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int, layers
     return out
 
 
-def draft_positions(seqs: list[Continuation], count: int, seed: int) -> list[tuple[int, int]]:
-    """(sequence, root position) pairs inside the responses, sampled with a fixed seed."""
-    all_pos = [(s, i) for s, c in enumerate(seqs) for i in range(c.prompt_len - 1, len(c.ids) - 2)]
+def draft_positions(seqs: list[Continuation], count: int, seed: int, margin: int = max(DEPTHS)) -> list[tuple[int, int]]:
+    """(sequence, root position) pairs inside the responses, sampled with a fixed seed, at
+    least `margin` tokens before the end (so the continuation never cuts a tree short) and
+    with at least four scored positions before the root (the commit timing needs them)."""
+    all_pos = [(s, i) for s, c in enumerate(seqs) for i in range(max(c.prompt_len - 1, 4), len(c.ids) - 1 - margin)]
     return sorted(random.Random(seed).sample(all_pos, min(count, len(all_pos))))
 
 
@@ -95,19 +97,25 @@ def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tup
     drafters = {(d, k): EagleDraft(head, "dynamic", d, k, max(sizes)) for d, k in grid}
     statics = {n: EagleDraft(head, "static", shape=static_shape(n, static_depth, rank_accuracy)) for n in sta}
     probe = next(iter(drafters.values()))
+
+    def clock() -> float:  # GPU work is asynchronous: wait for it before reading the clock
+        if probe.engine.model.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     for s, i in positions:
         c = seqs[s]
         context, truth = c.ids[: i + 1], c.ids[i + 1:]
         probe.begin(context)
         probe.commit(context[:-3], c.features[: i - 3])
-        start = time.perf_counter()  # a typical commit: three accepted positions' features
+        start = clock()  # a typical commit: three accepted positions' features
         probe.commit(context, c.features[i - 3: i])
-        commit_seconds.append(time.perf_counter() - start)
+        commit_seconds.append(clock() - start)
         for key, drafter in list(drafters.items()) + [(("static", n), d) for n, d in statics.items()]:
             drafter.engine, drafter.root = probe.engine, probe.root  # share the committed prefix
-            start = time.perf_counter()
+            start = clock()
             tree = drafter.propose(context, 64, GREEDY, RandomStream(0))
-            spent = time.perf_counter() - start
+            spent = clock() - start
             if key[0] == "static":
                 static_seconds[key[1]] += spent
                 sta[key[1]].append(len(tree.follow(truth)))

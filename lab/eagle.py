@@ -133,8 +133,12 @@ def static_shape(total_tokens: int, depth: int, rank_accuracy: list[float]) -> l
     most likely to be accepted if the draft's rank-r guess is right with probability
     `rank_accuracy[r]` at every depth. Best-first search, so parents always come before
     their children; returned parents first (by depth, then ranks)."""
-    if not rank_accuracy or min(rank_accuracy) <= 0:
-        raise LabError("static_shape needs positive per-rank accuracies (the head manifest's rank_accuracy)")
+    if not rank_accuracy or rank_accuracy[0] <= 0:
+        raise LabError("static_shape needs per-rank accuracies with rank 0 > 0 (the head manifest's rank_accuracy)")
+    # measured tail ranks can be noisy or round to 0: make them positive and non-increasing,
+    # which the best-first search needs to be optimal
+    rank_accuracy = [max(a, 1e-6) for a in rank_accuracy]
+    rank_accuracy = [min(rank_accuracy[: r + 1]) for r in range(len(rank_accuracy))]
     chosen: list[tuple[int, ...]] = []
     heap = [(-rank_accuracy[0], (0,))]
     while heap and len(chosen) < total_tokens - 1:

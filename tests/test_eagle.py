@@ -112,8 +112,9 @@ def test_static_shape_is_a_connected_parents_first_tree():
         assert len(path) == 1 or path[:-1] in seen
         seen.add(path)
     assert shape[:3] == [(0,), (1,), (2,)] and (0, 0) in shape
+    assert static_shape(4, 2, [0.5, 0.0]) == [(0,), (1,), (0, 0)]  # a zero tail rank is chosen last, not fatal
     with pytest.raises(LabError):
-        static_shape(8, 3, [0.5, 0.0])
+        static_shape(8, 3, [0.0, 0.1])
 
 
 def test_follow_walks_the_matching_path():

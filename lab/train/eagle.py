@@ -128,6 +128,8 @@ def head_loss(head: EagleHead, batch, feature_weight: float, ce_fraction: float 
     pred = head(noisy, tokens, attention_mask=pad)
     feature = F.smooth_l1_loss(pred[scored], f_next[scored])
     keep = scored & (torch.rand(scored.shape, generator=generator) < ce_fraction) if ce_fraction < 1 else scored
+    if not keep.any():  # a small batch can draw no CE positions
+        return feature_weight * feature, float(feature.detach()), float("nan")
     with torch.no_grad():
         p_target = torch.softmax(head.logits(f_next[keep]).float(), -1)
     ce = -(p_target * torch.log_softmax(head.logits(pred[keep]).float(), -1)).sum(-1).mean()
@@ -186,7 +188,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
         step += 1
         history.append((round(feature, 4), round(ce, 4)))
         spent += time.perf_counter() - t0
-        recent = np.mean(history[-20:], axis=0)
+        recent = np.nanmean(history[-20:], axis=0)
         bar.n = round(spent)
         bar.set_postfix(step=step, feature=f"{recent[0]:.3f}", ce=f"{recent[1]:.3f}")
         if time.perf_counter() - last_ckpt >= CHECKPOINT_SECONDS:
@@ -200,7 +202,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     report = evaluate_head(head, data, feats, heldout)
     regen_manifest = REGEN_DIR / "manifest.json"
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
-    first, last = np.mean(history[:20], axis=0), np.mean(history[-20:], axis=0)
+    first, last = np.nanmean(history[:20], axis=0), np.nanmean(history[-20:], axis=0)
     write_json(out.with_suffix(".json"), {
         "artifact": str(out.relative_to(DATA_DIR.parent)) if out.is_relative_to(DATA_DIR.parent) else str(out),
         "command": command_line(), "commit": git_commit(), "machine": machine(),
