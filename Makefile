@@ -60,12 +60,12 @@ data: setup
 drafts: setup
 	for n in 1 2 4; do $(PY) -m lab train draft --layers $$n --minutes 6 || exit 1; done
 
-# the shipped EAGLE head (30 CPU-minutes) and notebook 04's three equal-budget variants (7 each)
+# the shipped EAGLE head (30 CPU-minutes) and notebook 04's three equal-budget variants (5 each)
 eagle-heads: setup
 	$(PY) -m lab train eagle1 --minutes 30
-	$(PY) -m lab train eagle1 --variant eagle1 --name eagle1-short --minutes 7
-	$(PY) -m lab train eagle1 --variant no-token --minutes 7
-	$(PY) -m lab train eagle1 --variant token-only --minutes 7
+	$(PY) -m lab train eagle1 --variant eagle1 --name eagle1-short --minutes 5
+	$(PY) -m lab train eagle1 --variant no-token --minutes 5
+	$(PY) -m lab train eagle1 --variant token-only --minutes 5
 
 # the EAGLE tree size for this machine (cost model), read by bench/generate
 tune: setup

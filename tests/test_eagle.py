@@ -19,6 +19,13 @@ from lab.trees import DraftTree
 GREEDY = Sampling()
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Feature caches and checkpoints of these small runs go to a temporary folder."""
+    import lab.train.eagle as module
+    monkeypatch.setattr(module, "CACHE_DIR", tmp_path)
+
+
 def prompts(tokenizer, n):
     return [chat_ids(tokenizer, p.text)[-200:] for p in mt_bench()[:n]]
 
@@ -192,7 +199,6 @@ def test_training_resumes_from_a_checkpoint_and_refuses_a_wrong_one(tiny, tmp_pa
     import json
 
     import lab.train.eagle as module
-    monkeypatch.setattr(module, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(module, "CHECKPOINT_SECONDS", 0)                  # checkpoint after every step
     monkeypatch.setattr(module, "_finish_checkpoint", lambda path: None)  # as if the run had been killed
     out = tmp_path / "head.safetensors"
