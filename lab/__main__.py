@@ -156,12 +156,14 @@ def _tune(args: argparse.Namespace) -> None:
     from .models import load_target, load_tokenizer
     target = load_target()
     result = tune(target, load_tokenizer(), load_head(target), max_new_tokens=args.max_new_tokens,
-                  positions=args.positions)
+                  positions=args.positions, draft_vocab=args.draft_vocab)
     c = result["choice"]
     print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
           f"predicted tau {c['predicted_tau']:.2f}, speed-up {c['predicted_speedup']:.2f}x "
           f"(static tree of the same size: tau {c['static_predicted_tau']:.2f}, "
-          f"{c['static_predicted_speedup']:.2f}x); written to data/eagle/tree_choice.json")
+          f"{c['static_predicted_speedup']:.2f}x); draft vocabulary {c['draft_vocab'] or 'all'} "
+          f"(covers {result['draft_vocab_coverage_of_tuning_responses']:.1%} of the tuning answers' tokens); "
+          "written to data/eagle/tree_choice.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("what", choices=["tree"])
     tune.add_argument("--positions", type=int, default=160, help="draft positions measured (default 160)")
     tune.add_argument("--max-new-tokens", type=int, default=128, help="length of the tuning continuations")
+    tune.add_argument("--draft-vocab", type=int, default=8192,
+                      help="draft over the N most frequent training tokens (0: all 49,152; default 8192)")
     tune.set_defaults(run=_tune)
 
     args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ from .data import Prompt, chat_ids
 from .decode import DecodeResult, decode, resolve_kernel
 from .costmodel import TreeChoice
 from .drafters import ModelDraft, NoDraft, TreeModelDraft
-from .eagle import EagleDraft, static_shape
+from .eagle import EagleDraft, draft_vocabulary, static_shape
 from .engine import Engine
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
@@ -48,9 +48,11 @@ class Setup:
         if self.head is None or self.eagle_tree is None:
             raise LabError(f"{method} needs an EAGLE head and a tree size (Setup.head, Setup.eagle_tree)")
         t = self.eagle_tree
+        vocab = draft_vocabulary(t.draft_vocab) if t.draft_vocab else None
         if method == "eagle1":
-            return EagleDraft(self.head, "static", shape=static_shape(t.total_tokens, t.depth, self.rank_accuracy))
-        return EagleDraft(self.head, "dynamic", t.depth, t.top_k, t.total_tokens)
+            return EagleDraft(self.head, "static", shape=static_shape(t.total_tokens, t.depth, self.rank_accuracy),
+                              vocab=vocab)
+        return EagleDraft(self.head, "dynamic", t.depth, t.top_k, t.total_tokens, vocab=vocab)
 
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
@@ -135,6 +137,7 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
                 "tree": "static (EAGLE-1 shape from per-rank accuracy)" if static
                 else "dynamic (EAGLE-2 expansion and reranking)",
                 "depth": t.depth, "top_k": None if static else t.top_k, "total_tokens": t.total_tokens,
+                "draft_vocab": t.draft_vocab or "all",
                 "predicted_tau": t.static_predicted_tau if static else t.predicted_tau,
                 "predicted_speedup": t.static_predicted_speedup if static else t.predicted_speedup}
     settings = {k: v for k, v in _hf_settings(setup, method).items() if k not in ("eos_token_id", "pad_token_id")}

@@ -29,7 +29,7 @@ from .artifacts import command_line, git_commit, machine, write_json
 from .data import chat_ids, mt_bench
 from .decode import decode
 from .drafters import NoDraft
-from .eagle import EagleDraft, EagleHead, head_manifest, static_shape
+from .eagle import EagleDraft, EagleHead, draft_vocabulary, head_manifest, static_shape
 from .engine import Engine
 from .errors import LabError
 from .measure import forward_latency
@@ -53,6 +53,7 @@ class TreeChoice:
     predicted_speedup: float
     static_predicted_tau: float | None = None
     static_predicted_speedup: float | None = None
+    draft_vocab: int = 0  # drafts restricted to this many most frequent tokens (0: all)
 
 
 @dataclass
@@ -85,7 +86,7 @@ def draft_positions(seqs: list[Continuation], count: int, seed: int, margin: int
 
 def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tuple[int, int]],
                   depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, static_depth: int | None = None,
-                  rank_accuracy: list[float] | None = None) -> dict:
+                  rank_accuracy: list[float] | None = None, vocab: torch.Tensor | None = None) -> dict:
     """tau and drafting seconds for every (depth, top_k, size) of the dynamic tree, the static
     tree of every size at `static_depth`, and the commit time, all on the same positions."""
     grid = [(d, k) for d in depths for k in top_ks]
@@ -94,8 +95,9 @@ def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tup
     seconds = {(d, k): 0.0 for d, k in grid}
     static_seconds = {n: 0.0 for n in sta}
     commit_seconds = []
-    drafters = {(d, k): EagleDraft(head, "dynamic", d, k, max(sizes)) for d, k in grid}
-    statics = {n: EagleDraft(head, "static", shape=static_shape(n, static_depth, rank_accuracy)) for n in sta}
+    drafters = {(d, k): EagleDraft(head, "dynamic", d, k, max(sizes), vocab=vocab) for d, k in grid}
+    statics = {n: EagleDraft(head, "static", shape=static_shape(n, static_depth, rank_accuracy), vocab=vocab)
+               for n in sta}
     probe = next(iter(drafters.values()))
 
     def clock() -> float:  # GPU work is asynchronous: wait for it before reading the clock
@@ -137,11 +139,11 @@ def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tup
 
 
 def node_outcomes(head: EagleHead, seqs: list[Continuation], positions: list[tuple[int, int]], depth: int,
-                  top_k: int, total_tokens: int) -> list[dict]:
+                  top_k: int, total_tokens: int, vocab: torch.Tensor | None = None) -> list[dict]:
     """Every drafted node whose parent the target accepted (greedy, along the known
     continuation): its confidence, depth, rank among its siblings, and whether it was accepted.
     The data behind EAGLE-2's calibration plot and acceptance by tree position."""
-    drafter = EagleDraft(head, "dynamic", depth, top_k, total_tokens)
+    drafter = EagleDraft(head, "dynamic", depth, top_k, total_tokens, vocab=vocab)
     out = []
     for s, i in positions:
         c = seqs[s]
@@ -166,7 +168,7 @@ def predicted_speedup(row: dict, latency: dict[int, float], commit: float) -> fl
 
 def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int = 128, positions: int = 160,
          prefix: int = 300, path: Path | None = CHOICE_PATH, seed: int = 0, rank_accuracy: list[float] | None = None,
-         depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES) -> dict:
+         depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0) -> dict:
     """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
     speed-up; write everything (and the static tree's figures at the same budget) to `path`."""
     if prompts is None:
@@ -175,23 +177,28 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     latency = forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5)
     picks = draft_positions(seqs, positions, seed)
     rank_accuracy = rank_accuracy or head_manifest(head.variant)["rank_accuracy"]
-    first = measure_trees(head, seqs, picks, depths, top_ks, sizes)
+    vocab = draft_vocabulary(draft_vocab) if draft_vocab else None
+    first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab)
     commit = first["commit_seconds"]
     for row in first["dynamic"]:
         row["predicted_speedup"] = predicted_speedup(row, latency, commit)
     best = max(first["dynamic"], key=lambda r: r["predicted_speedup"])
     static = measure_trees(head, seqs, picks, depths=(best["depth"],), top_ks=(best["top_k"],), sizes=sizes,
-                           static_depth=best["depth"], rank_accuracy=rank_accuracy)["static"]
+                           static_depth=best["depth"], rank_accuracy=rank_accuracy, vocab=vocab)["static"]
     for row in static:
         row["predicted_speedup"] = predicted_speedup(row, latency, commit)
     same = next(r for r in static if r["total_tokens"] == best["total_tokens"])
     choice = TreeChoice(best["depth"], best["top_k"], best["total_tokens"], round(best["tau"], 4),
-                        round(best["predicted_speedup"], 4), round(same["tau"], 4), round(same["predicted_speedup"], 4))
+                        round(best["predicted_speedup"], 4), round(same["tau"], 4), round(same["predicted_speedup"], 4),
+                        draft_vocab)
+    responses = torch.tensor([t for c in seqs for t in c.ids[c.prompt_len:]])
+    coverage = 1.0 if vocab is None else float(torch.isin(responses, vocab).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
               "head": head.variant, "tuning_prompts": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds": {str(k): v for k, v in latency.items()},
               "commit_seconds": commit, "positions": first["positions"],
+              "draft_vocab": draft_vocab, "draft_vocab_coverage_of_tuning_responses": coverage,
               "choice": asdict(choice), "dynamic": first["dynamic"], "static": static,
               "rank_accuracy": rank_accuracy}
     if path:

@@ -21,6 +21,7 @@ import heapq
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -173,16 +174,30 @@ def static_tree(root_token: int, expand: Expand, shape: list[tuple[int, ...]]) -
     return tree
 
 
+def draft_vocabulary(size: int) -> torch.Tensor:
+    """The `size` most frequent tokens of the regenerated training responses, sorted by id.
+    Drafting over them instead of all 49,152 cuts the draft's LM head, which on a CPU is a
+    memory-bound read of 113 MB per draft step, to size/49,152 of that. It is a proposal
+    restriction only: verification still uses the target's full distribution, so nothing is
+    lost but the (rare) drafts outside the subset."""
+    from .train.regen import load_regen
+    data = load_regen()
+    responses = [ids[p:] for ids, p in data.sequences("train")]
+    counts = torch.bincount(torch.from_numpy(np.concatenate(responses)), minlength=size)
+    return torch.sort(torch.topk(counts.float(), size).indices).values
+
+
 class EagleDraft:
     """Drafts a tree with an EAGLE head: `static` shape (EAGLE-1) or `dynamic` (EAGLE-2).
 
     The head keeps its own KV cache of committed pairs (f_t, x_{t+1}), one per scored context
     position; the drafted tree's nodes are appended with an ancestor mask and cropped away
     after the round. Drafts are deterministic top-k children, which verification handles
-    losslessly at any temperature (EAGLE's tree rule)."""
+    losslessly at any temperature (EAGLE's tree rule). `vocab` (token ids) restricts the
+    drafts to a subset of the vocabulary (see `draft_vocabulary`); None drafts over all."""
 
     def __init__(self, head: EagleHead, mode: str = "dynamic", depth: int = 4, top_k: int = 4, total_tokens: int = 16,
-                 shape: list[tuple[int, ...]] | None = None):
+                 shape: list[tuple[int, ...]] | None = None, vocab: torch.Tensor | None = None):
         if mode not in ("static", "dynamic") or (mode == "static") != (shape is not None):
             raise LabError("EagleDraft: mode is 'dynamic', or 'static' with a shape (see static_shape)")
         self.head, self.mode, self.shape = head, mode, shape
@@ -190,6 +205,18 @@ class EagleDraft:
         self.name = "eagle1" if mode == "static" else "eagle2"
         self.feature_layers = head.feature_layers
         self.engine = Engine(head.body)
+        weight = head.body.lm_head.weight
+        self.vocab = None if vocab is None else vocab.to(weight.device)
+        self.vocab_weight = weight if vocab is None else weight[self.vocab].contiguous()
+
+    def _logp(self, features: torch.Tensor) -> torch.Tensor:
+        """Draft log-probabilities [n, V] over the full vocabulary (-inf outside the subset)."""
+        logp = torch.log_softmax(torch.nn.functional.linear(features, self.vocab_weight).float(), -1).cpu()
+        if self.vocab is None:
+            return logp
+        full = torch.full((len(features), self.head.body.config.vocab_size), float("-inf"))
+        full[:, self.vocab.cpu()] = logp
+        return full
 
     def begin(self, prompt: list[int]) -> None:
         self.engine.reset()
@@ -205,8 +232,9 @@ class EagleDraft:
         self.engine.crop(start)  # drops the last round's tree nodes
         tokens = torch.tensor(context[start + 1:], device=self.engine.model.device)
         out = self.engine.forward(None, embeds=self.head.fuse(features.to(self.engine.model.device), tokens),
-                                  hidden_layers=(1,), last_only=True)
-        self.root = (out.hidden[1][-1], torch.log_softmax(out.logits[-1].float(), -1))
+                                  hidden_layers=(1,), logits=False)
+        root = out.hidden[1][-1]
+        self.root = (root, self._logp(root[None])[0])
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream) -> DraftTree:
@@ -225,10 +253,11 @@ class EagleDraft:
             device = self.engine.model.device
             embeds = self.head.fuse(torch.stack([predicted[tree.parents[f]] for f in frontier]),
                                     torch.tensor([tree.tokens[f] for f in frontier], device=device))
-            out = self.engine.forward(None, mask=mask, positions=positions, hidden_layers=(1,), embeds=embeds)
+            out = self.engine.forward(None, mask=mask, positions=positions, hidden_layers=(1,), embeds=embeds,
+                                      logits=False)
             for row, node in enumerate(frontier):
                 predicted[node] = out.hidden[1][row]
-            return torch.log_softmax(out.logits.float().cpu(), -1)
+            return self._logp(out.hidden[1])
 
         if self.mode == "static":
             tree = static_tree(context[-1], expand, [p for p in self.shape if len(p) <= k])

@@ -39,7 +39,7 @@ class Engine:
     @torch.inference_mode()
     def forward(self, tokens: list[int] | torch.Tensor | None, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
-                last_only: bool = False, embeds: torch.Tensor | None = None) -> Scored:
+                last_only: bool = False, embeds: torch.Tensor | None = None, logits: bool = True) -> Scored:
         """Score `tokens` appended after the cached prefix (or, with tokens=None, input
         vectors `embeds` [n, H]: an EAGLE head feeds fused features, not token ids).
 
@@ -49,6 +49,8 @@ class Engine:
         trees, prefix length + depth). Without them the new positions are a causal chain.
         last_only: compute logits for the last position only (prefill, drafting); the
         49k-way LM head over a whole prompt would otherwise cost more than the layers.
+        logits=False skips the LM head altogether (logits None): a caller that applies its own
+        head (an EAGLE draft over a reduced vocabulary) only needs the hidden states.
         """
         device = self.model.device
         if embeds is None:
@@ -68,13 +70,16 @@ class Engine:
             kwargs["attention_mask"] = float_mask[None, None].to(device)
         if positions is None:
             positions = torch.arange(self.length, self.length + n)
-        out = self.model(cache=self.cache, use_cache=True,
-                         position_ids=positions.reshape(1, -1).to(device), output_hidden_states=bool(hidden_layers),
-                         logits_to_keep=1 if last_only else 0, **kwargs)
+        kwargs.update(cache=self.cache, use_cache=True, position_ids=positions.reshape(1, -1).to(device),
+                      output_hidden_states=bool(hidden_layers))
+        if logits:
+            out = self.model(logits_to_keep=1 if last_only else 0, **kwargs)
+        else:
+            out = self.model.model(**kwargs)
         self.length += n
         self.forwards += 1
         hidden = {i: out.hidden_states[i][0] for i in hidden_layers}
-        return Scored(out.logits[0].float(), hidden)
+        return Scored(out.logits[0].float() if logits else None, hidden)
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached positions (a chain's accepted prefix)."""
