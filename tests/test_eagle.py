@@ -31,7 +31,9 @@ def prompts(tokenizer, n):
 
 
 def drafters(head):
-    return [EagleDraft(head, "dynamic", 4, 3, 12), EagleDraft(head, "static", shape=static_shape(12, 4, [0.5, 0.2, 0.1]))]
+    subset = torch.arange(0, head.body.config.vocab_size, 3)
+    return [EagleDraft(head, "dynamic", 4, 3, 12), EagleDraft(head, "static", shape=static_shape(12, 4, [0.5, 0.2, 0.1])),
+            EagleDraft(head, "dynamic", 3, 2, 8, vocab=subset)]
 
 
 def assert_eagle_equals_ar(model, head, tokenizer, n_prompts, new_tokens):
@@ -54,6 +56,15 @@ def test_eagle_equals_ar_real(target, tokenizer):
     """The shipped head on 20 MT-Bench prompts: exactly AR's tokens, and it does accept drafts."""
     out = assert_eagle_equals_ar(target, load_head(target), tokenizer, 20, 32)
     assert out.tau > 1.2
+
+
+def test_reduced_vocabulary_drafts_only_its_tokens(tiny, tokenizer):
+    from lab.treeview import RecordingDraft
+    subset = torch.arange(5, tiny.config.vocab_size, 7)
+    recorder = RecordingDraft(EagleDraft(EagleHead(tiny).eval(), "dynamic", 3, 3, 10, vocab=subset))
+    decode(Engine(tiny), recorder, prompts(tokenizer, 1)[0], 12, GREEDY, 3, 0, None)
+    drafted = {t for r in recorder.records for t in r.tree.tokens[1:]}
+    assert drafted and drafted <= set(subset.tolist())
 
 
 def test_sampled_eagle_runs_and_is_reproducible(tiny, tokenizer):
@@ -189,7 +200,8 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer):
     assert {(r["depth"], r["top_k"], r["total_tokens"]) for r in rows} == possible
     for r in rows:
         assert 1 <= r["tau"] <= r["total_tokens"]
-        assert r["predicted_speedup"] == predicted_speedup(r, latency, result["commit_seconds"])
+        assert r["predicted_speedup"] == predicted_speedup(r, latency, result["commit_seconds"],
+                                                           result["ar_seconds_per_token"])
     best = max(rows, key=lambda r: r["predicted_speedup"])
     assert result["choice"]["predicted_speedup"] == round(best["predicted_speedup"], 4)
     assert [r["total_tokens"] for r in result["static"]] == [2, 4]
