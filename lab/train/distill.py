@@ -34,6 +34,13 @@ def _finish_checkpoint(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
+def set_lr(optim: torch.optim.Optimizer, lr: float, step: int, spent: float, budget: float, warmup: int) -> None:
+    """Linear warm-up over `warmup` steps, then cosine decay over the wall-clock budget."""
+    scale = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
+    for group in optim.param_groups:
+        group["lr"] = lr * scale
+
+
 def _batch(seqs: list[tuple[np.ndarray, int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ids, attention mask, and labels (-100 except on response tokens)."""
     rows = []
@@ -115,10 +122,7 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 2e-3,
     last_ckpt = time.perf_counter()
     while spent < budget and (max_steps is None or step < max_steps):
         t0 = time.perf_counter()
-        # linear warm-up over 20 steps, then cosine decay over the time budget
-        scale = min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
-        for group in optim.param_groups:
-            group["lr"] = lr * scale
+        set_lr(optim, lr, step, spent, budget, warmup=20)
         loss = _loss(draft, *_batch(rng.sample(train, batch), pad), label_fraction, generator)
         optim.zero_grad(set_to_none=True)
         loss.backward()

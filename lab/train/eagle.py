@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from ..eagle import EagleHead, head_path, save_head
 from ..errors import LabError
 from ..models import load_target
 from ..paths import CACHE_DIR, DATA_DIR
-from .distill import CHECKPOINT_SECONDS, _finish_checkpoint
+from .distill import CHECKPOINT_SECONDS, _finish_checkpoint, set_lr
 from .regen import REGEN_DIR, RegenSet, load_regen
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
@@ -174,10 +173,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     last_ckpt = time.perf_counter()
     while spent < budget and (max_steps is None or step < max_steps):
         t0 = time.perf_counter()
-        # linear warm-up over 50 steps, then cosine decay over the time budget
-        scale = min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
-        for group in optim.param_groups:
-            group["lr"] = lr * scale
+        set_lr(optim, lr, step, spent, budget, warmup=50)
         items = [(data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64), feats[i], p)
                  for i, p in rng.sample(train, min(batch, len(train)))]
         loss, feature, ce = head_loss(head, _batch(items), feature_weight, ce_fraction, generator)
