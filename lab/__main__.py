@@ -147,7 +147,8 @@ def _train(args: argparse.Namespace) -> None:
         from .eagle import head_path
         from .train.eagle import train_head
         print(train_head(args.variant, args.minutes or 30.0, batch=args.batch, lr=args.lr or 1e-3,
-                         resume=args.resume, out=head_path(args.name or args.variant)))
+                         resume=args.resume, out=head_path(args.name or args.variant), replies=args.replies,
+                         init=head_path(args.init) if args.init else None))
 
 
 def _tune(args: argparse.Namespace) -> None:
@@ -200,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
                        help="eagle1: what the head sees (default: feature + next token)")
     train.add_argument("--name", default=None,
                        help="eagle1: save as data/eagle/NAME.safetensors (default: the variant's name)")
+    train.add_argument("--replies", type=int, default=0,
+                       help="eagle1: also train on this many tokens of ShareGPT's original replies (default 0)")
+    train.add_argument("--init", default=None,
+                       help="eagle1: start from the trained head data/eagle/NAME.safetensors")
     train.add_argument("--minutes", type=float, default=None,
                        help="wall-clock budget in minutes (default: 6 for a draft, 30 for an EAGLE head)")
     train.add_argument("--batch", type=int, default=8)

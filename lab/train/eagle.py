@@ -28,12 +28,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..artifacts import atomic_write, command_line, git_commit, machine, write_json
-from ..eagle import EagleHead, head_path, save_head
+from ..eagle import EagleHead, head_path, load_head, save_head
 from ..errors import LabError
 from ..models import load_target
 from ..paths import CACHE_DIR, DATA_DIR
 from .distill import CHECKPOINT_SECONDS, _finish_checkpoint, set_lr
-from .regen import REGEN_DIR, RegenSet, load_regen
+from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
 CHUNK = 64             # sequences per feature-cache file
@@ -137,9 +137,14 @@ def head_loss(head: EagleHead, batch, feature_weight: float, ce_fraction: float 
 
 def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, lr: float = 1e-3, seed: int = 0,
                ce_fraction: float = 0.5, resume: bool = False, out: Path | None = None, target=None,
-               data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None) -> Path:
+               data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
+               replies: int = 0, init: Path | None = None) -> Path:
     """Train an EAGLE head for `minutes` of wall time (or `max_steps`) and write it (fp16) with
-    its manifest to `out` (default data/eagle/<variant>.safetensors)."""
+    its manifest to `out` (default data/eagle/<variant>.safetensors).
+
+    `replies`: also train on at least this many tokens of ShareGPT's original replies
+    (`sharegpt_replies`: more data without generating it). `init`: start from this trained
+    head's weights (its manifest is kept inside the new one)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
@@ -147,11 +152,19 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     for param in target.parameters():
         param.requires_grad_(False)
     data = data if data is not None else load_regen()
-    head = EagleHead(target, variant)
+    head = load_head(target, variant, init) if init is not None else EagleHead(target, variant)
+    init_record = None if init is None else {  # read now: `out` may be `init` and is overwritten
+        "path": str(init), "manifest": json.loads(init.with_suffix(".json").read_text())
+        if init.with_suffix(".json").exists() else None}
     feats = target_features(target, data, head.feature_layers)
-    split = data.split
-    train = [(i, int(data.prompt_lens[i])) for i in range(len(split)) if split[i] == 1]
-    heldout = [i for i in range(len(split)) if split[i] == 0][:eval_prompts]
+    sources = [(data, feats)]
+    if replies:
+        extra = sharegpt_replies(replies, skip=len(data.split))
+        sources.append((extra, target_features(target, extra, head.feature_layers)))
+    # every training sequence as (source, index, prompt length)
+    train = [(s, i, int(d.prompt_lens[i])) for s, (d, _) in enumerate(sources)
+             for i in range(len(d.split)) if d.split[i] == 1]
+    heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:eval_prompts]
     feature_weight = 0.0 if variant == "token-only" else 1.0
     params = [p for p in head.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -174,8 +187,8 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     while spent < budget and (max_steps is None or step < max_steps):
         t0 = time.perf_counter()
         set_lr(optim, lr, step, spent, budget, warmup=50)
-        items = [(data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64), feats[i], p)
-                 for i, p in rng.sample(train, min(batch, len(train)))]
+        items = [(sources[s][0].tokens[sources[s][0].offsets[i]: sources[s][0].offsets[i + 1]].astype(np.int64),
+                  sources[s][1][i], p) for s, i, p in rng.sample(train, min(batch, len(train)))]
         loss, feature, ce = head_loss(head, _batch(items), feature_weight, ce_fraction, generator)
         optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -209,7 +222,10 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
                       "ce_fraction_of_positions": ce_fraction, "input_noise": f"uniform(-{NOISE}, {NOISE})"},
         "data": {"file": regen.get("artifact"), "train_sequences": len(train),
                  "train_response_tokens": regen.get("train", {}).get("response_tokens"),
+                 "sharegpt_reply_sequences": len(sources[1][0].split) if replies else 0,
+                 "sharegpt_reply_tokens": _response_tokens(sources[1][0]) if replies else 0,
                  "heldout_prompts_evaluated": len(heldout)},
+        "init": init_record,
         "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch, "max_len": MAX_LEN,
                       "grad_clip": 0.5, "schedule": "50-step warm-up, cosine over the budget"},
         "cpu_budget_minutes": minutes, "steps": step, "wall_seconds": round(spent, 1), "max_steps": max_steps,
@@ -219,6 +235,10 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     })
     _finish_checkpoint(ckpt)
     return out
+
+
+def _response_tokens(data: RegenSet) -> int:
+    return int(data.offsets[-1] - data.prompt_lens.sum())
 
 
 # ---- 3. evaluation: drafting deeper on the head's own predictions -------------------------

@@ -201,6 +201,38 @@ class RegenSet:
         return RegenSet(np.concatenate(seqs), offsets, self.prompt_lens[keep], self.split[keep])
 
 
+def sharegpt_replies(tokens: int, skip: int) -> RegenSet:
+    """Extra training text that costs no generation: ShareGPT's own first replies (ChatGPT's
+    words, not the target's), to the prompts after the first `skip` of the fixed order (so
+    never a held-out or regenerated prompt), each cut to MAX_NEW_TOKENS reply tokens, until
+    the replies hold at least `tokens` tokens. EAGLE-1 trained on such fixed text: the head
+    still learns the target's dynamics, because its inputs and labels are the target's own
+    features and distributions over that text. Every sequence is in the training split."""
+    from ..data import sharegpt_conversations
+    tokenizer = load_tokenizer()
+    first_reply = {}
+    for conv in sharegpt_conversations():
+        turns = conv.get("conversations") or []
+        if len(turns) > 1 and turns[1].get("from") == "gpt" and turns[1].get("value", "").strip():
+            first_reply[conv["id"]] = turns[1]["value"].strip()
+    sequences, prompt_lens, total = [], [], 0
+    for pid, ids in ordered_prompts(tokenizer)[skip:]:
+        if total >= tokens:
+            break
+        if pid not in first_reply:
+            continue
+        reply = tokenizer.encode(first_reply[pid], add_special_tokens=False)[:MAX_NEW_TOKENS - 1]
+        reply.append(tokenizer.eos_token_id)
+        sequences.append(np.array(ids + reply, np.uint16))
+        prompt_lens.append(len(ids))
+        total += len(reply)
+    if total < tokens:
+        raise LabError(f"ShareGPT has only {total} reply tokens after the first {skip} prompts; ask for fewer")
+    offsets = np.cumsum([0] + [len(s) for s in sequences]).astype(np.int64)
+    return RegenSet(np.concatenate(sequences), offsets, np.array(prompt_lens, np.int32),
+                    np.ones(len(sequences), np.uint8))
+
+
 def load_regen() -> RegenSet:
     path = REGEN_DIR / "sharegpt_smollm2.npz"
     if not path.exists():
