@@ -11,7 +11,7 @@ where t_AR is the measured wall time per token of our AR decoding (prefill inclu
 measured wall time of drafting the tree (every head step, top-k and reranking), commit the
 head's update with the accepted tokens' true features, loop = t_AR - T(1) the per-cycle cost
 of the decoding loop around the forward (verification, bookkeeping, prefill share), and tau
-the mean tokens per cycle.
+the mean tokens per cycle. T(n) is smoothed to a non-decreasing curve (`monotone`).
 
 tau is measured without running the target's tree forward: on greedy continuations the
 target itself produced (MT-Bench questions that the benchmark does not use), the target's
@@ -167,6 +167,21 @@ def node_outcomes(head: EagleHead, seqs: list[Continuation], positions: list[tup
     return out
 
 
+def monotone(latency: dict[int, float]) -> dict[int, float]:
+    """The closest non-decreasing curve to measured T(n) (least squares, pool-adjacent-
+    violators). A forward over more positions never costs less, so a dip (T(20) < T(16) on
+    a busy machine) is noise; without this the tuner would pick whichever size dipped."""
+    blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
+    for n in sorted(latency):
+        blocks.append([latency[n], 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    values = [total / count for total, count in blocks for _ in range(int(count))]
+    return dict(zip(sorted(latency), values))
+
+
 def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_per_token: float) -> float:
     loop = max(ar_per_token - latency[1], 0.0)
     return row["tau"] * ar_per_token / (latency[row["total_tokens"]] + row["draft_seconds"] + commit + loop)
@@ -182,7 +197,8 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, head.feature_layers)
     # three rounds over all sizes, fastest of each: this shared machine drifts by 10-20%
     rounds = [forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5) for _ in range(3)]
-    latency = {n: min(r[n] for r in rounds) for n in rounds[0]}
+    measured = {n: min(r[n] for r in rounds) for n in rounds[0]}
+    latency = monotone(measured)
     ar_per_token = sum(c.seconds for c in seqs) / sum(len(c.ids) - c.prompt_len for c in seqs)
     picks = draft_positions(seqs, positions, seed)
     rank_accuracy = rank_accuracy or head_manifest(head.variant)["rank_accuracy"]
@@ -205,7 +221,8 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
               "head": head.variant, "tuning_prompts": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
-              "target_latency_seconds": {str(k): v for k, v in latency.items()},
+              "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
+              "target_latency_seconds": {str(k): v for k, v in latency.items()},  # monotone(measured)
               "commit_seconds": commit, "ar_seconds_per_token": ar_per_token, "positions": first["positions"],
               "draft_vocab": draft_vocab, "draft_vocab_coverage_of_tuning_responses": coverage,
               "choice": asdict(choice), "dynamic": first["dynamic"], "static": static,

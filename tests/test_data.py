@@ -54,3 +54,21 @@ def test_shipped_training_set_is_separate_from_evaluation():
     assert data.tokens.dtype == np.uint16
     manifest = json.loads((REGEN_DIR / "manifest.json").read_text())
     assert manifest["train"]["response_tokens"] == sum(len(t) - pl for t, pl in data.sequences("train"))
+
+
+def test_sharegpt_replies_come_after_the_regenerated_prompts():
+    from lab.models import load_tokenizer
+    from lab.train.regen import MAX_NEW_TOKENS, load_regen, ordered_prompts, sharegpt_replies
+    skip = len(load_regen().split)
+    replies = sharegpt_replies(3000, skip=skip)
+    later = {tuple(ids) for _, ids in ordered_prompts(load_tokenizer())[skip:]}
+    assert replies.split.tolist() == [1] * len(replies.split)
+    reply_tokens = 0
+    for ids, prompt_len in replies.sequences("train"):
+        assert tuple(ids[:prompt_len]) in later  # never a held-out or regenerated prompt
+        reply = ids[prompt_len:]
+        assert len(reply) <= MAX_NEW_TOKENS and reply[-1] == 2  # cut, then closed with EOS
+        reply_tokens += len(reply)
+    assert reply_tokens >= 3000
+    with pytest.raises(LabError, match="ask for fewer"):
+        sharegpt_replies(1, skip=10**6)  # past the last prompt

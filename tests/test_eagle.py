@@ -224,3 +224,13 @@ def test_training_resumes_from_a_checkpoint_and_refuses_a_wrong_one(tiny, tmp_pa
     assert json.loads(out.with_suffix(".json").read_text())["steps"] == 6  # continued from step 4
     with pytest.raises(LabError, match="drop --resume"):
         train_head("no-token", 5.0, target=tiny, data=data, max_steps=6, out=out, eval_prompts=1, resume=True)
+
+
+def test_monotone_latency_pools_dips_and_keeps_increasing_curves():
+    from lab.costmodel import monotone
+    rising = {1: 0.03, 4: 0.05, 16: 0.08}
+    assert monotone(rising) == rising
+    smoothed = monotone({1: 0.03, 16: 0.084, 20: 0.076, 24: 0.095})
+    assert smoothed[16] == smoothed[20] == (0.084 + 0.076) / 2
+    values = [smoothed[n] for n in sorted(smoothed)]
+    assert values == sorted(values) and smoothed[1] == 0.03 and smoothed[24] == 0.095

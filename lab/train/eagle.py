@@ -72,10 +72,10 @@ def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int 
     for c, start in enumerate(tqdm(range(0, n, CHUNK), desc="target features", unit="chunk", disable=not progress)):
         path = folder / f"chunk_{c:05d}.npy"
         if not path.exists():
-            rows = []
-            for b in range(start, min(start + CHUNK, n), batch):
-                seqs = [data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64)
-                        for i in range(b, min(b + batch, start + CHUNK, n))]
+            members = sorted(range(start, min(start + CHUNK, n)), key=lambda i: data.offsets[i + 1] - data.offsets[i])
+            rows = {}
+            for b in range(0, len(members), batch):  # similar lengths batched together: little padding
+                seqs = [data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64) for i in members[b: b + batch]]
                 width = max(len(s) for s in seqs)
                 ids = torch.zeros(len(seqs), width, dtype=torch.long)
                 mask = torch.zeros(len(seqs), width, dtype=torch.long)
@@ -84,7 +84,8 @@ def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int 
                 out = target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
                                    output_hidden_states=True)
                 h = torch.cat([out.hidden_states[layer] for layer in layers], -1).half().cpu().numpy()
-                rows += [h[r, : len(s)] for r, s in enumerate(seqs)]
+                rows.update({i: h[r, : len(s)] for r, (i, s) in enumerate(zip(members[b: b + batch], seqs))})
+            rows = [rows[i] for i in sorted(rows)]
             atomic_write(path, lambda tmp, rows=rows: np.save(open(tmp, "wb"), np.concatenate(rows)))
         chunks.append(np.load(path))
     return FeatureSet(np.concatenate(chunks), data.offsets.astype(np.int64))
