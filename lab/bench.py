@@ -84,23 +84,26 @@ def _hf_settings(setup: Setup, method: str) -> dict:
 
 def _hf(setup: Setup, method: str) -> Runner:
     kwargs = _hf_settings(setup, method)
-    calls = [0]
-    setup.target.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     assistant = {"assistant_model": setup.draft} if method == "hf-assisted" else {}
 
     @torch.inference_mode()
     def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
         torch.manual_seed(prompt_seed(setup.seed, index))  # generate samples from the global RNG
-        before, start = calls[0], time.perf_counter()
-        out = setup.target.generate(torch.tensor([prompt], device=setup.target.device), **assistant,
-                                    **{**kwargs, "max_new_tokens": max_new_tokens})
+        calls = [0]
+        hook = setup.target.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+        start = time.perf_counter()
+        try:
+            out = setup.target.generate(torch.tensor([prompt], device=setup.target.device), **assistant,
+                                        **{**kwargs, "max_new_tokens": max_new_tokens})
+        finally:
+            hook.remove()
         seconds = time.perf_counter() - start
         tokens = out[0, len(prompt):].tolist()
         eos = setup.tokenizer.eos_token_id
         if eos in tokens:
             tokens = tokens[: tokens.index(eos) + 1]
         # every counted forward of generate emits tokens (its prefill emits the first one)
-        return DecodeResult(tokens=tokens, cycles=calls[0] - before, seconds=seconds)
+        return DecodeResult(tokens=tokens, cycles=calls[0], seconds=seconds)
     return run
 
 

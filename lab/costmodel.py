@@ -196,7 +196,7 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
     seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, head.feature_layers)
     # three rounds over all sizes, fastest of each: this shared machine drifts by 10-20%
-    rounds = [forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5) for _ in range(3)]
+    rounds = [forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5, tree=True) for _ in range(3)]
     measured = {n: min(r[n] for r in rounds) for n in rounds[0]}
     latency = monotone(measured)
     ar_per_token = sum(c.seconds for c in seqs) / sum(len(c.ids) - c.prompt_len for c in seqs)

@@ -38,10 +38,12 @@ def _timed(fn, repeats: int, warmup: int = 3) -> float:
 
 
 def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, cached: bool = True,
-                    repeats: int = 5, seed: int = 0) -> dict[int, float]:
+                    repeats: int = 5, seed: int = 0, tree: bool = False) -> dict[int, float]:
     """Seconds of one target forward (fastest of `repeats` runs) over k new positions after `prefix` tokens.
     cached=True: the prefix sits in the KV cache (what decoding does). cached=False: the
-    whole prefix is recomputed with the k positions (decoding without a KV cache)."""
+    whole prefix is recomputed with the k positions (decoding without a KV cache).
+    tree=True: pass an explicit attention mask among the new positions, as tree
+    verification does (attention then cannot take the causal fast path)."""
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()
@@ -53,8 +55,10 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
             engine.reset()
             engine.forward(prefix_ids)
 
+            mask = torch.ones(k, k, dtype=torch.bool).tril() if tree else None
+
             def step() -> None:
-                engine.forward(new)
+                engine.forward(new, mask=mask)
                 engine.crop(prefix)
         else:
             def step() -> None:
