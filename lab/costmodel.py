@@ -10,7 +10,8 @@ where t_AR is the measured wall time per token of our AR decoding (prefill inclu
 `bench`), T(n) the target's forward over n positions after a cached prefix, draft() the
 measured wall time of drafting the tree (every head step, top-k and reranking), commit the
 head's update with the accepted tokens' true features, loop = t_AR - T(1) the per-cycle cost
-of the decoding loop around the forward (verification, bookkeeping, prefill share), and tau
+of the decoding loop around the forward (verification, bookkeeping, prefill share; T(1) here
+is timed without a mask, as AR runs it, while T(n) is timed with a tree mask), and tau
 the mean tokens per cycle. T(n) is smoothed to a non-decreasing curve (`monotone`).
 
 tau is measured without running the target's tree forward: on greedy continuations the
@@ -182,8 +183,7 @@ def monotone(latency: dict[int, float]) -> dict[int, float]:
     return dict(zip(sorted(latency), values))
 
 
-def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_per_token: float) -> float:
-    loop = max(ar_per_token - latency[1], 0.0)
+def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_per_token: float, loop: float) -> float:
     return row["tau"] * ar_per_token / (latency[row["total_tokens"]] + row["draft_seconds"] + commit + loop)
 
 
@@ -200,18 +200,21 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     measured = {n: min(r[n] for r in rounds) for n in rounds[0]}
     latency = monotone(measured)
     ar_per_token = sum(c.seconds for c in seqs) / sum(len(c.ids) - c.prompt_len for c in seqs)
+    # AR's own forward takes no mask: time it that way for the loop's share of t_AR
+    ar_forward = min(forward_latency(target, [1], prefix=prefix, repeats=5)[1] for _ in range(3))
+    loop = max(ar_per_token - ar_forward, 0.0)
     picks = draft_positions(seqs, positions, seed)
     rank_accuracy = rank_accuracy or head_manifest(head.variant)["rank_accuracy"]
     vocab = draft_vocabulary(draft_vocab) if draft_vocab else None
     first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab)
     commit = first["commit_seconds"]
     for row in first["dynamic"]:
-        row["predicted_speedup"] = predicted_speedup(row, latency, commit, ar_per_token)
+        row["predicted_speedup"] = predicted_speedup(row, latency, commit, ar_per_token, loop)
     best = max(first["dynamic"], key=lambda r: r["predicted_speedup"])
     static = measure_trees(head, seqs, picks, depths=(best["depth"],), top_ks=(best["top_k"],), sizes=sizes,
                            static_depth=best["depth"], rank_accuracy=rank_accuracy, vocab=vocab)["static"]
     for row in static:
-        row["predicted_speedup"] = predicted_speedup(row, latency, commit, ar_per_token)
+        row["predicted_speedup"] = predicted_speedup(row, latency, commit, ar_per_token, loop)
     same = next(r for r in static if r["total_tokens"] == best["total_tokens"])
     choice = TreeChoice(best["depth"], best["top_k"], best["total_tokens"], round(best["tau"], 4),
                         round(best["predicted_speedup"], 4), round(same["tau"], 4), round(same["predicted_speedup"], 4),
@@ -223,6 +226,7 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
               "target_latency_seconds": {str(k): v for k, v in latency.items()},  # monotone(measured)
+              "ar_forward_seconds": ar_forward, "loop_seconds": loop,
               "commit_seconds": commit, "ar_seconds_per_token": ar_per_token, "positions": first["positions"],
               "draft_vocab": draft_vocab, "draft_vocab_coverage_of_tuning_responses": coverage,
               "choice": asdict(choice), "dynamic": first["dynamic"], "static": static,

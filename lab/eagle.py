@@ -127,6 +127,19 @@ def head_manifest(variant: str = "eagle1") -> dict:
     return json.loads(path.read_text())
 
 
+def training_budget(manifest: dict) -> dict:
+    """What a head cost in all: CPU minutes and steps summed over its warm-start chain (a head
+    trained with `--init` continues another head), and the training tokens of its last stage
+    (regenerated responses plus any ShareGPT replies; each stage here kept the earlier data)."""
+    minutes, steps, stages, m = 0.0, 0, 0, manifest
+    while m is not None:
+        minutes, steps, stages = minutes + m["cpu_budget_minutes"], steps + m["steps"], stages + 1
+        m = (m.get("init") or {}).get("manifest")
+    data = manifest["data"]
+    return {"cpu_minutes": minutes, "steps": steps, "stages": stages,
+            "train_tokens": data["train_response_tokens"] + data.get("sharegpt_reply_tokens", 0)}
+
+
 # ---- trees -------------------------------------------------------------------------------
 
 def static_shape(total_tokens: int, depth: int, rank_accuracy: list[float]) -> list[tuple[int, ...]]:

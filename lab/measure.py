@@ -44,6 +44,8 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
     whole prefix is recomputed with the k positions (decoding without a KV cache).
     tree=True: pass an explicit attention mask among the new positions, as tree
     verification does (attention then cannot take the causal fast path)."""
+    if tree and not cached:
+        raise ValueError("forward_latency: tree=True times a cached tree forward; it needs cached=True")
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()

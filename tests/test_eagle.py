@@ -204,7 +204,11 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer):
     for r in rows:
         assert 1 <= r["tau"] <= r["total_tokens"]
         assert r["predicted_speedup"] == predicted_speedup(r, latency, result["commit_seconds"],
-                                                           result["ar_seconds_per_token"])
+                                                           result["ar_seconds_per_token"], result["loop_seconds"])
+    assert result["loop_seconds"] == max(result["ar_seconds_per_token"] - result["ar_forward_seconds"], 0.0)
+    measured = {int(k): v for k, v in result["target_latency_seconds_measured"].items()}
+    assert all(latency[a] <= latency[b] for a, b in zip(sorted(latency), sorted(latency)[1:]))
+    assert set(measured) == set(latency)
     best = max(rows, key=lambda r: r["predicted_speedup"])
     assert result["choice"]["predicted_speedup"] == round(best["predicted_speedup"], 4)
     assert [r["total_tokens"] for r in result["static"]] == [2, 4]
@@ -234,3 +238,12 @@ def test_monotone_latency_pools_dips_and_keeps_increasing_curves():
     assert smoothed[16] == smoothed[20] == (0.084 + 0.076) / 2
     values = [smoothed[n] for n in sorted(smoothed)]
     assert values == sorted(values) and smoothed[1] == 0.03 and smoothed[24] == 0.095
+
+
+def test_training_budget_sums_the_warm_start_chain():
+    from lab.eagle import training_budget
+    first = {"cpu_budget_minutes": 30, "steps": 1500, "data": {"train_response_tokens": 200}, "init": None}
+    second = {"cpu_budget_minutes": 45, "steps": 2000, "init": {"path": "x", "manifest": first},
+              "data": {"train_response_tokens": 200, "sharegpt_reply_tokens": 400}}
+    assert training_budget(first) == {"cpu_minutes": 30, "steps": 1500, "stages": 1, "train_tokens": 200}
+    assert training_budget(second) == {"cpu_minutes": 75, "steps": 3500, "stages": 2, "train_tokens": 600}
