@@ -247,3 +247,31 @@ def test_training_budget_sums_the_warm_start_chain():
               "data": {"train_response_tokens": 200, "sharegpt_reply_tokens": 400}}
     assert training_budget(first) == {"cpu_minutes": 30, "steps": 1500, "stages": 1, "train_tokens": 200}
     assert training_budget(second) == {"cpu_minutes": 75, "steps": 3500, "stages": 2, "train_tokens": 600}
+
+
+def test_cached_features_keep_the_sequence_order(tiny):
+    from lab.train.eagle import target_features
+    lengths = [9, 3, 12, 5, 7]  # batched by length inside a chunk, returned in this order
+    seqs = [np.arange(1, n + 1, dtype=np.uint16) * (i + 2) for i, n in enumerate(lengths)]
+    data = RegenSet(np.concatenate(seqs), np.cumsum([0] + lengths), np.full(len(seqs), 2, np.int32),
+                    np.ones(len(seqs), np.uint8))
+    layer = tiny.config.num_hidden_layers
+    feats = target_features(tiny, data, (layer,), batch=2, progress=False)
+    for i, s in enumerate(seqs):
+        with torch.no_grad():
+            alone = tiny.model(input_ids=torch.from_numpy(s.astype(np.int64))[None],
+                               output_hidden_states=True).hidden_states[layer][0]
+        assert torch.allclose(torch.from_numpy(feats[i].astype(np.float32)), alone, atol=1e-2, rtol=1e-2)
+
+
+def test_training_starts_from_its_init_head(tiny, tmp_path):
+    import json
+    first, second = tmp_path / "first.safetensors", tmp_path / "second.safetensors"
+    train_head("eagle1", 5.0, target=tiny, data=small_set(), max_steps=3, lr=3e-3, out=first, eval_prompts=1)
+    # learning rate 0: the continued head must still be exactly the one it started from
+    train_head("eagle1", 5.0, target=tiny, data=small_set(), max_steps=1, lr=0.0, out=second, eval_prompts=1,
+               init=first)
+    a, b = load_head(tiny, "eagle1", first), load_head(tiny, "eagle1", second)
+    assert all(torch.equal(a.own_state()[k], b.own_state()[k]) for k in a.own_state())
+    manifest = json.loads(second.with_suffix(".json").read_text())
+    assert manifest["init"]["manifest"]["steps"] == 3 and manifest["steps"] == 1
