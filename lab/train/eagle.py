@@ -146,6 +146,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     `replies`: also train on at least this many tokens of ShareGPT's original replies
     (`sharegpt_replies`: more data without generating it). `init`: start from this trained
     head's weights (its manifest is kept inside the new one)."""
+    commit = git_commit()  # the code that trains, not whatever is checked out when it ends
     torch.manual_seed(seed)
     rng = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
@@ -155,12 +156,13 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     data = data if data is not None else load_regen()
     head = load_head(target, variant, init) if init is not None else EagleHead(target, variant)
     init_record = None if init is None else {  # read now: `out` may be `init` and is overwritten
-        "path": str(init), "manifest": json.loads(init.with_suffix(".json").read_text())
+        "path": _relative(init), "manifest": json.loads(init.with_suffix(".json").read_text())
         if init.with_suffix(".json").exists() else None}
     feats = target_features(target, data, head.feature_layers)
     sources = [(data, feats)]
     if replies:
-        extra = sharegpt_replies(replies, skip=len(data.split))
+        # after every prompt of the full regenerated set, whatever subset `data` is
+        extra = sharegpt_replies(replies, skip=len(load_regen().split))
         sources.append((extra, target_features(target, extra, head.feature_layers)))
     # every training sequence as (source, index, prompt length)
     train = [(s, i, int(d.prompt_lens[i])) for s, (d, _) in enumerate(sources)
@@ -172,7 +174,8 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     out = out or head_path(variant)
     ckpt = CACHE_DIR / "checkpoints" / (out.stem + ".pt")
     step, spent, history = 0, 0.0, []
-    shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size}
+    shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size,
+             "replies": replies, "init": None if init is None else _relative(init)}  # what a resume must match
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         if state["shape"] != shape:
@@ -214,8 +217,8 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     first, last = np.nanmean(history[:20], axis=0), np.nanmean(history[-20:], axis=0)
     write_json(out.with_suffix(".json"), {
-        "artifact": str(out.relative_to(DATA_DIR.parent)) if out.is_relative_to(DATA_DIR.parent) else str(out),
-        "command": command_line(), "commit": git_commit(), "machine": machine(),
+        "artifact": _relative(out),
+        "command": command_line(), "commit": commit, "machine": machine(),
         "variant": variant, "inputs": list(head.inputs), "feature_layers": list(head.feature_layers),
         "architecture": "fc (k*H -> H, bias) + one Llama decoder layer, no final norm; the target's embedding and "
                         "LM head shared and frozen; stored in fp16",
@@ -236,6 +239,11 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     })
     _finish_checkpoint(ckpt)
     return out
+
+
+def _relative(path: Path) -> str:
+    """A path inside the repository as the repository names it; others unchanged."""
+    return str(path.relative_to(DATA_DIR.parent)) if path.is_relative_to(DATA_DIR.parent) else str(path)
 
 
 def _response_tokens(data: RegenSet) -> int:

@@ -207,7 +207,9 @@ def sharegpt_replies(tokens: int, skip: int) -> RegenSet:
     never a held-out or regenerated prompt), each cut to MAX_NEW_TOKENS reply tokens, until
     the replies hold at least `tokens` tokens. EAGLE-1 trained on such fixed text: the head
     still learns the target's dynamics, because its inputs and labels are the target's own
-    features and distributions over that text. Every sequence is in the training split."""
+    features and distributions over that text. Every sequence is in the training split.
+    A reply cut at the limit is closed with EOS as well, so one position in about 160 shows the
+    target an ending it would not have produced; the shipped head was trained on exactly this."""
     from ..data import sharegpt_conversations
     tokenizer = load_tokenizer()
     first_reply = {}
