@@ -16,7 +16,7 @@ import torch
 
 from .engine import Engine
 from .sampling import RandomStream, Sampling, probabilities
-from .trees import DraftTree, dynamic_tree
+from .trees import DraftTree, dynamic_tree, top_children
 from .verify import race
 
 
@@ -107,14 +107,14 @@ class TreeModelDraft(ModelDraft):
         base = len(context)  # cache: the context (root included), then fed tree nodes
         slot: dict[int, int] = {}
 
-        def expand(tree: DraftTree, frontier: list[int]) -> torch.Tensor:
+        def expand(tree: DraftTree, frontier: list[int], k: int) -> tuple[torch.Tensor, torch.Tensor]:
             if frontier == [0]:
-                return root_logp[None]
+                return top_children(root_logp[None], k)
             mask = frontier_mask(tree, frontier, slot, base, self.engine.length)
             depths = tree.depths()
             positions = torch.tensor([base - 1 + depths[node] for node in frontier])
             logits = self.engine.forward([tree.tokens[f] for f in frontier], mask=mask, positions=positions).logits
-            return torch.log_softmax(logits.cpu(), -1)
+            return top_children(torch.log_softmax(logits.cpu(), -1), k)
 
         # the tree must leave room for its bonus token within max_new_tokens
         depth = max(0, min(self.depth, k))

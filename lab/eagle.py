@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from .errors import LabError
 from .models import TARGET_NAME
 from .paths import DATA_DIR
 from .sampling import RandomStream, Sampling
-from .trees import DraftTree, Expand, dynamic_tree
+from .trees import DraftTree, Expand, dynamic_tree, top_children
 
 VARIANTS = {"eagle1": ("feature", "token"), "no-token": ("feature",), "token-only": ("token",)}
 HEAD_DIR = DATA_DIR / "eagle"
@@ -174,15 +175,14 @@ def static_tree(root_token: int, expand: Expand, shape: list[tuple[int, ...]]) -
     for d in range(1, max((len(p) for p in shape), default=0) + 1):
         layer = [p for p in shape if len(p) == d]
         frontier = sorted({index[p[:-1]] for p in layer})
-        logp = expand(tree, frontier)
-        top = torch.topk(logp, max(p[-1] for p in layer) + 1, dim=-1)
+        values, tokens = expand(tree, frontier, max(p[-1] for p in layer) + 1)
         for p in layer:
             row, parent = frontier.index(index[p[:-1]]), index[p[:-1]]
-            lp = float(top.values[row, p[-1]])
-            tree.tokens.append(int(top.indices[row, p[-1]]))
+            lp = float(values[row, p[-1]])
+            tree.tokens.append(int(tokens[row, p[-1]]))
             tree.parents.append(parent)
             tree.values.append(tree.values[parent] + lp)
-            tree.confidences.append(float(torch.tensor(lp).exp()))
+            tree.confidences.append(math.exp(lp))
             index[p] = len(tree) - 1
     return tree
 
@@ -219,17 +219,13 @@ class EagleDraft:
         self.feature_layers = head.feature_layers
         self.engine = Engine(head.body)
         weight = head.body.lm_head.weight
-        self.vocab = None if vocab is None else vocab.to(weight.device)
-        self.vocab_weight = weight if vocab is None else weight[self.vocab].contiguous()
+        self.vocab = None if vocab is None else vocab.cpu()
+        self.vocab_weight = weight if vocab is None else weight[vocab.to(weight.device)].contiguous()
 
     def _logp(self, features: torch.Tensor) -> torch.Tensor:
-        """Draft log-probabilities [n, V] over the full vocabulary (-inf outside the subset)."""
-        logp = torch.log_softmax(torch.nn.functional.linear(features, self.vocab_weight).float(), -1).cpu()
-        if self.vocab is None:
-            return logp
-        full = torch.full((len(features), self.head.body.config.vocab_size), float("-inf"))
-        full[:, self.vocab.cpu()] = logp
-        return full
+        """Draft log-probabilities [n, V'] over the draft vocabulary (column i is token
+        self.vocab[i], or token i without a subset)."""
+        return torch.log_softmax(torch.nn.functional.linear(features, self.vocab_weight).float(), -1).cpu()
 
     def begin(self, prompt: list[int]) -> None:
         self.engine.reset()
@@ -257,9 +253,9 @@ class EagleDraft:
         predicted = {0: self.root[0]}
         slot: dict[int, int] = {}
 
-        def expand(tree: DraftTree, frontier: list[int]) -> torch.Tensor:
+        def expand(tree: DraftTree, frontier: list[int], k: int) -> tuple[torch.Tensor, torch.Tensor]:
             if frontier == [0]:
-                return self.root[1][None].cpu()
+                return top_children(self.root[1][None], k, self.vocab)
             mask = frontier_mask(tree, frontier, slot, base, self.engine.length)
             depths = tree.depths()
             positions = torch.tensor([base - 1 + depths[node] for node in frontier])
@@ -270,7 +266,7 @@ class EagleDraft:
                                       logits=False)
             for row, node in enumerate(frontier):
                 predicted[node] = out.hidden[1][row]
-            return self._logp(out.hidden[1])
+            return top_children(self._logp(out.hidden[1]), k, self.vocab)
 
         if self.mode == "static":
             tree = static_tree(context[-1], expand, [p for p in self.shape if len(p) <= k])

@@ -6,6 +6,7 @@ than its parent's, and the tree can be fed to the target in one forward with an 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -61,7 +62,17 @@ class DraftTree:
         return path[::-1]
 
 
-Expand = Callable[[DraftTree, list[int]], torch.Tensor]  # (tree, frontier nodes) -> log-probs [F, V]
+# (tree, frontier nodes, k) -> (log-probs, token ids), both [F, k]: each frontier node's k most
+# likely children, best first. Only the top few are ever needed, and a drafter over a reduced
+# vocabulary then never has to spread its log-probs over all 49,152 tokens.
+Expand = Callable[[DraftTree, list[int], int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def top_children(logp: torch.Tensor, k: int, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best columns of each row of `logp` [F, V] as (log-probs, token ids); `ids` [V]
+    names the columns' tokens when they are a subset of the vocabulary."""
+    top = torch.topk(logp, k, dim=-1)
+    return top.values, (top.indices if ids is None else ids[top.indices])
 
 
 def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_tokens: int) -> DraftTree:
@@ -76,15 +87,14 @@ def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_
     tree = DraftTree([root_token], [-1], [0.0], [1.0])
     frontier = [0]
     for _ in range(depth):
-        logp = expand(tree, frontier)
-        top = torch.topk(logp, top_k, dim=-1)
+        values, tokens = expand(tree, frontier, top_k)
         layer = []
         for row, node in enumerate(frontier):
-            for lp, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+            for lp, token in zip(values[row].tolist(), tokens[row].tolist()):
                 tree.tokens.append(token)
                 tree.parents.append(node)
                 tree.values.append(tree.values[node] + lp)
-                tree.confidences.append(float(torch.tensor(lp).exp()))
+                tree.confidences.append(math.exp(lp))
                 layer.append(len(tree.tokens) - 1)
         frontier = sorted(layer, key=lambda i: (-tree.values[i], i))[:top_k]
     return rerank(tree, total_tokens)

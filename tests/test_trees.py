@@ -7,15 +7,15 @@ from lab.drafters import NoDraft, TreeModelDraft
 from lab.engine import Engine
 from lab.models import make_draft
 from lab.sampling import Sampling
-from lab.trees import DraftTree, dynamic_tree
+from lab.trees import DraftTree, dynamic_tree, top_children
 from test_decode import prompts
 
 
 def random_expand(vocab=50, seed=0):
     g = torch.Generator().manual_seed(seed)
 
-    def expand(tree, frontier):
-        return torch.log_softmax(torch.randn(len(frontier), vocab, generator=g) * 2, -1)
+    def expand(tree, frontier, k):
+        return top_children(torch.log_softmax(torch.randn(len(frontier), vocab, generator=g) * 2, -1), k)
     return expand
 
 
