@@ -19,7 +19,7 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tree", default="4,4,16", help="sd-tree: depth,top-k,total tokens (default 4,4,16)")
     p.add_argument("--eagle-tree", default="auto",
                    help="eagle1/eagle2: depth,top-k,total tokens, or auto = the size `python -m lab tune tree` "
-                        "chose for this machine (default)")
+                        "chose for this machine (default); a given tree drafts over the tuned draft vocabulary")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -40,13 +40,12 @@ def _parse_tree(text: str, flag: str) -> tuple[int, int, int]:
 
 def _eagle(args: argparse.Namespace, target):
     """The EAGLE head, its tree size (tuned or given) and the per-rank accuracies of its manifest."""
-    from .costmodel import TreeChoice, load_choice
+    from .costmodel import given_tree, load_choice
     from .eagle import head_manifest, load_head
     if args.eagle_tree == "auto":
         choice = load_choice()
     else:
-        depth, top_k, total = _parse_tree(args.eagle_tree, "--eagle-tree")
-        choice = TreeChoice(depth, top_k, total, None, None)
+        choice = given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"))
     return load_head(target), choice, head_manifest()["rank_accuracy"]
 
 

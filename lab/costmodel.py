@@ -240,3 +240,17 @@ def load_choice(path: Path = CHOICE_PATH) -> TreeChoice:
     if not path.exists():
         raise LabError(f"no tuned tree at {path}: run `python -m lab tune tree` (a few minutes)")
     return TreeChoice(**json.loads(path.read_text())["choice"])
+
+
+def given_tree(depth: int, top_k: int, total_tokens: int, path: Path = CHOICE_PATH) -> TreeChoice:
+    """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
+    tuning), with the tuner's predictions for it where the tuning measured that tree."""
+    if not path.exists():
+        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=8192)
+    tuned = json.loads(path.read_text())
+    same = [r for r in tuned["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) == (depth, top_k, total_tokens)]
+    static = [r for r in tuned["static"] if (r["depth"], r["total_tokens"]) == (depth, total_tokens)]
+    def pick(rows: list[dict], key: str) -> float | None:
+        return round(rows[0][key], 4) if rows else None
+    return TreeChoice(depth, top_k, total_tokens, pick(same, "tau"), pick(same, "predicted_speedup"),
+                      pick(static, "tau"), pick(static, "predicted_speedup"), tuned["choice"]["draft_vocab"])

@@ -275,3 +275,17 @@ def test_training_starts_from_its_init_head(tiny, tmp_path):
     assert all(torch.equal(a.own_state()[k], b.own_state()[k]) for k in a.own_state())
     manifest = json.loads(second.with_suffix(".json").read_text())
     assert manifest["init"]["manifest"]["steps"] == 3 and manifest["steps"] == 1
+
+
+def test_a_given_tree_takes_the_tuned_vocabulary_and_predictions(tmp_path):
+    import json
+    from lab.costmodel import given_tree
+    assert given_tree(3, 2, 8, tmp_path / "missing.json").draft_vocab == 8192
+    tuned = {"choice": {"draft_vocab": 4096},
+             "dynamic": [{"depth": 3, "top_k": 2, "total_tokens": 8, "tau": 2.0, "predicted_speedup": 1.1}],
+             "static": [{"depth": 3, "total_tokens": 8, "tau": 1.9, "predicted_speedup": 1.05}]}
+    (tmp_path / "t.json").write_text(json.dumps(tuned))
+    t = given_tree(3, 2, 8, tmp_path / "t.json")
+    assert (t.draft_vocab, t.predicted_tau, t.predicted_speedup, t.static_predicted_speedup) == (4096, 2.0, 1.1, 1.05)
+    other = given_tree(4, 2, 8, tmp_path / "t.json")
+    assert (other.predicted_speedup, other.static_predicted_speedup, other.draft_vocab) == (None, None, 4096)
