@@ -56,19 +56,26 @@ def test_shipped_training_set_is_separate_from_evaluation():
     assert manifest["train"]["response_tokens"] == sum(len(t) - pl for t, pl in data.sequences("train"))
 
 
-def test_sharegpt_replies_come_after_the_regenerated_prompts():
+def test_sharegpt_replies_are_new_prompts_with_their_own_replies(monkeypatch):
     from lab.models import load_tokenizer
-    from lab.train.regen import MAX_NEW_TOKENS, load_regen, ordered_prompts, sharegpt_replies
-    skip = len(load_regen().split)
-    replies = sharegpt_replies(3000, skip=skip)
-    later = {tuple(ids) for _, ids in ordered_prompts(load_tokenizer())[skip:]}
+    from lab.train.regen import MAX_NEW_TOKENS, load_regen, sharegpt_replies
+    regen = load_regen()
+    used = {tuple(ids[:p]) for split in ("train", "heldout") for ids, p in regen.sequences(split)}
+    replies = sharegpt_replies(3000)
     assert replies.split.tolist() == [1] * len(replies.split)
+    originals = [c["conversations"][1]["value"].strip() for c in sharegpt_conversations()
+                 if len(c.get("conversations") or []) > 1]
+    tokenizer = load_tokenizer()
     reply_tokens = 0
     for ids, prompt_len in replies.sequences("train"):
-        assert tuple(ids[:prompt_len]) in later  # never a held-out or regenerated prompt
+        assert tuple(ids[:prompt_len]) not in used  # never a held-out or regenerated prompt
         reply = ids[prompt_len:]
         assert len(reply) <= MAX_NEW_TOKENS and reply[-1] == 2  # cut, then closed with EOS
+        head = tokenizer.decode(reply[:-1].tolist())[:40]
+        assert any(o.startswith(head) for o in originals)  # ShareGPT's own words
         reply_tokens += len(reply)
     assert reply_tokens >= 3000
+    import lab.train.regen as regen_module
+    monkeypatch.setattr(regen_module, "ordered_prompts", lambda tokenizer: [])  # no prompts left
     with pytest.raises(LabError, match="ask for fewer"):
-        sharegpt_replies(1, skip=10**6)  # past the last prompt
+        sharegpt_replies(1)

@@ -161,8 +161,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     feats = target_features(target, data, head.feature_layers)
     sources = [(data, feats)]
     if replies:
-        # after every prompt of the full regenerated set, whatever subset `data` is
-        extra = sharegpt_replies(replies, skip=len(load_regen().split))
+        extra = sharegpt_replies(replies)  # prompts after the full regenerated set, whatever `data` is
         sources.append((extra, target_features(target, extra, head.feature_layers)))
     # every training sequence as (source, index, prompt length)
     train = [(s, i, int(d.prompt_lens[i])) for s, (d, _) in enumerate(sources)
