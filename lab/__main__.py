@@ -25,6 +25,9 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--kernel", choices=["torch", "triton"], default=None,
                    help="verification: torch reference or Triton kernels (default: triton on a GPU, torch on CPU)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="the target's weights and activations (default float32; bfloat16 uses the CPU's "
+                        "matrix units, where it has them, for multi-token forwards)")
     p.add_argument("--target", choices=["smollm2", "tiny"], default="smollm2",
                    help="`tiny` is a random 2-layer Llama for smoke tests (its draft is untrained)")
 
@@ -62,7 +65,7 @@ def _load(args: argparse.Namespace, need_draft: bool):
         target = tiny_target(0)
         draft = make_draft(target, 1) if need_draft else None
     else:
-        target = load_target()
+        target = load_target(args.dtype)
         draft = load_draft(target, args.draft_layers) if need_draft else None
     target.to(device)  # the draft shares the target's embedding and head, so move it too
     if draft is not None:
@@ -147,7 +150,8 @@ def _train(args: argparse.Namespace) -> None:
         from .train.eagle import train_head
         print(train_head(args.variant, args.minutes or 30.0, batch=args.batch, lr=args.lr or 1e-3,
                          resume=args.resume, out=head_path(args.name or args.variant), replies=args.replies,
-                         init=head_path(args.init) if args.init else None))
+                         init=head_path(args.init) if args.init else None,
+                         reply_feature_dtype=args.reply_feature_dtype))
 
 
 def _tune(args: argparse.Namespace) -> None:
@@ -202,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="eagle1: save as data/eagle/NAME.safetensors (default: the variant's name)")
     train.add_argument("--replies", type=int, default=0,
                        help="eagle1: also train on this many tokens of ShareGPT's original replies (default 0)")
+    train.add_argument("--reply-feature-dtype", default="float32", choices=["float32", "bfloat16"],
+                       help="eagle1: compute the replies' target features in this dtype (bfloat16: about 2.7x faster "
+                            "on CPUs with matrix units; default float32)")
     train.add_argument("--init", default=None,
                        help="eagle1: start from the trained head data/eagle/NAME.safetensors")
     train.add_argument("--minutes", type=float, default=None,

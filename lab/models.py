@@ -59,9 +59,11 @@ def _build_target_cache(cache: Path) -> None:
     tmp.rename(cache)  # atomic: a half-written cache is never left under the real name
 
 
-def load_target(dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
-    """SmolLM2-135M-Instruct in eval mode, from the cache (built from the wheel on first use).
-    A corrupt cache prints one warning line and is rebuilt."""
+def load_target(dtype: torch.dtype | str = torch.float32) -> LlamaForCausalLM:
+    """SmolLM2-135M-Instruct in eval mode, from the cache (built from the wheel on first use),
+    in `dtype` (a torch dtype or its name, e.g. "bfloat16"). A corrupt cache prints one
+    warning line and is rebuilt."""
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     cache = _target_cache()
     if not (cache / "lab_complete.json").exists():
         _build_target_cache(cache)

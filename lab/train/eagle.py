@@ -139,13 +139,16 @@ def head_loss(head: EagleHead, batch, feature_weight: float, ce_fraction: float 
 def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, lr: float = 1e-3, seed: int = 0,
                ce_fraction: float = 0.5, resume: bool = False, out: Path | None = None, target=None,
                data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
-               replies: int = 0, init: Path | None = None) -> Path:
+               replies: int = 0, init: Path | None = None, reply_feature_dtype: str = "float32") -> Path:
     """Train an EAGLE head for `minutes` of wall time (or `max_steps`) and write it (fp16) with
     its manifest to `out` (default data/eagle/<variant>.safetensors).
 
     `replies`: also train on at least this many tokens of ShareGPT's original replies
-    (`sharegpt_replies`: more data without generating it). `init`: start from this trained
-    head's weights (its manifest is kept inside the new one)."""
+    (`sharegpt_replies`: more data without generating it); `reply_feature_dtype="bfloat16"`
+    computes their features with a bfloat16 copy of the target, about 2.7x faster on a CPU
+    with matrix units (features within about 1.4% relative L2 of float32, less than the
+    training noise). The regenerated set, and so every held-out evaluation, stays float32.
+    `init`: start from this trained head's weights (its manifest is kept inside the new one)."""
     commit = git_commit()  # the code that trains, not whatever is checked out when it ends
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -162,7 +165,9 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     sources = [(data, feats)]
     if replies:
         extra = sharegpt_replies(replies)  # prompts after the full regenerated set, whatever `data` is
-        sources.append((extra, target_features(target, extra, head.feature_layers)))
+        feature_target = target if reply_feature_dtype == "float32" else load_target(reply_feature_dtype)
+        sources.append((extra, target_features(feature_target, extra, head.feature_layers)))
+        del feature_target
     # every training sequence as (source, index, prompt length)
     train = [(s, i, int(d.prompt_lens[i])) for s, (d, _) in enumerate(sources)
              for i in range(len(d.split)) if d.split[i] == 1]
@@ -174,7 +179,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     ckpt = CACHE_DIR / "checkpoints" / (out.stem + ".pt")
     step, spent, history = 0, 0.0, []
     shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size,
-             "replies": replies, "init": None if init is None else repo_path(init)}  # what a resume must match
+             "replies": replies, "reply_feature_dtype": reply_feature_dtype, "init": None if init is None else repo_path(init)}  # what a resume must match
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         if state["shape"] != shape:
@@ -226,6 +231,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
                  "train_response_tokens": regen.get("train", {}).get("response_tokens"),
                  "sharegpt_reply_sequences": len(sources[1][0].split) if replies else 0,
                  "sharegpt_reply_tokens": _response_tokens(sources[1][0]) if replies else 0,
+                 "sharegpt_reply_feature_dtype": reply_feature_dtype if replies else None,
                  "heldout_prompts_evaluated": len(heldout)},
         "init": init_record,
         "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch, "max_len": MAX_LEN,
