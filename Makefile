@@ -66,7 +66,7 @@ drafts: setup
 eagle-heads: setup
 	$(PY) -m lab train eagle1 --minutes 30
 	$(PY) -m lab train eagle1 --init eagle1 --replies 400000 --minutes 45 --lr 5e-4
-	$(PY) -m lab train eagle1 --init eagle1 --replies 1200000 --reply-feature-dtype bfloat16 --minutes 40 --lr 5e-4
+	$(PY) -m lab train eagle1 --init eagle1 --replies 980000 --reply-feature-dtype bfloat16 --minutes 40 --lr 5e-4
 	$(PY) -m lab train eagle1 --variant eagle1 --name eagle1-short --minutes 5
 	$(PY) -m lab train eagle1 --variant no-token --minutes 5
 	$(PY) -m lab train eagle1 --variant token-only --minutes 5

@@ -46,9 +46,9 @@ def _eagle(args: argparse.Namespace, target):
     from .costmodel import given_tree, load_choice
     from .eagle import head_manifest, load_head
     if args.eagle_tree == "auto":
-        choice = load_choice()
+        choice = load_choice(dtype=args.dtype)
     else:
-        choice = given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"))
+        choice = given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype)
     return load_head(target), choice, head_manifest()["rank_accuracy"]
 
 

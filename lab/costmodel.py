@@ -222,7 +222,7 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     responses = torch.tensor([t for c in seqs for t in c.ids[c.prompt_len:]])
     coverage = 1.0 if vocab is None else float(torch.isin(responses, vocab).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
-              "head": head.variant, "tuning_prompts": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
+              "head": head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
               "target_latency_seconds": {str(k): v for k, v in latency.items()},  # monotone(measured)
@@ -236,18 +236,31 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     return result
 
 
-def load_choice(path: Path = CHOICE_PATH) -> TreeChoice:
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def load_choice(path: Path = CHOICE_PATH, dtype: str = "float32") -> TreeChoice:
+    """The tuned tree; it is only valid for the dtype whose T(n) the tuning measured."""
     if not path.exists():
         raise LabError(f"no tuned tree at {path}: run `python -m lab tune tree` (a few minutes)")
-    return TreeChoice(**json.loads(path.read_text())["choice"])
+    tuned = json.loads(path.read_text())
+    if tuned.get("dtype", "float32") != dtype:
+        raise LabError(f"the tree in {path} was tuned with the target in {tuned.get('dtype', 'float32')}, not {dtype}: "
+                       "pass --eagle-tree depth,top-k,total")
+    return TreeChoice(**tuned["choice"])
 
 
-def given_tree(depth: int, top_k: int, total_tokens: int, path: Path = CHOICE_PATH) -> TreeChoice:
+def given_tree(depth: int, top_k: int, total_tokens: int, path: Path = CHOICE_PATH,
+               dtype: str = "float32") -> TreeChoice:
     """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
-    tuning), with the tuner's predictions for it where the tuning measured that tree."""
+    tuning), with the tuner's predictions for it where the tuning measured that tree with the
+    target in the same dtype (another dtype has another T(n), so no prediction)."""
     if not path.exists():
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=8192)
     tuned = json.loads(path.read_text())
+    if tuned.get("dtype", "float32") != dtype:
+        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])
     same = [r for r in tuned["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) == (depth, top_k, total_tokens)]
     static = [r for r in tuned["static"] if (r["depth"], r["total_tokens"]) == (depth, total_tokens)]
     def pick(rows: list[dict], key: str) -> float | None:
