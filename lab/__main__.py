@@ -154,6 +154,17 @@ def _train(args: argparse.Namespace) -> None:
                          reply_feature_dtype=args.reply_feature_dtype))
 
 
+def _evaluate(args: argparse.Namespace) -> None:
+    from .eagle import head_path
+    from .train.eagle import evaluate_saved_head
+    report = evaluate_saved_head(head_path(args.name))
+    unique = report["heldout_unique_prompts"]
+    print(f"held-out top-1 agreement by depth: {report['heldout_top1_agreement_by_depth']} "
+          f"({report['heldout_positions']} positions)")
+    print(f"on the {unique['prompts']} held-out prompts ShareGPT holds once: {unique['heldout_top1_agreement_by_depth']} "
+          f"({unique['heldout_positions']} positions); written to data/eagle/{args.name}.json under \"evaluation\"")
+
+
 def _tune(args: argparse.Namespace) -> None:
     from .costmodel import tune
     from .eagle import load_head
@@ -217,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--lr", type=float, default=None, help="default: 2e-3 for a draft, 1e-3 for an EAGLE head")
     train.add_argument("--resume", action="store_true")
     train.set_defaults(run=_train)
+
+    evaluate = sub.add_parser("evaluate", help="re-score a shipped EAGLE head on the held-out prompts")
+    evaluate.add_argument("name", nargs="?", default="eagle1", help="data/eagle/NAME.safetensors (default eagle1)")
+    evaluate.set_defaults(run=_evaluate)
 
     tune = sub.add_parser("tune", help="choose the EAGLE tree size for this machine (cost model)")
     tune.add_argument("what", choices=["tree"])

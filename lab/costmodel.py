@@ -194,14 +194,18 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     speed-up; write everything (and the static tree's figures at the same budget) to `path`."""
     if prompts is None:
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
-    seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, head.feature_layers)
-    # three rounds over all sizes, fastest of each: this shared machine drifts by 10-20%
-    rounds = [forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5, tree=True) for _ in range(3)]
+    # This shared machine drifts by 10-20% over minutes, so the timings the prediction divides
+    # are taken interleaved: three rounds, each a third of the AR continuations (t_AR), then
+    # T(n) over all sizes with a tree mask, then AR's own unmasked T(1); fastest round of each.
+    seqs, rounds, ar_forwards = [], [], []
+    for r in range(3):
+        seqs += greedy_continuations(target, tokenizer, prompts[r::3], max_new_tokens, head.feature_layers)
+        rounds.append(forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5, tree=True))
+        ar_forwards.append(forward_latency(target, [1], prefix=prefix, repeats=5)[1])
     measured = {n: min(r[n] for r in rounds) for n in rounds[0]}
     latency = monotone(measured)
     ar_per_token = sum(c.seconds for c in seqs) / sum(len(c.ids) - c.prompt_len for c in seqs)
-    # AR's own forward takes no mask: time it that way for the loop's share of t_AR
-    ar_forward = min(forward_latency(target, [1], prefix=prefix, repeats=5)[1] for _ in range(3))
+    ar_forward = min(ar_forwards)  # AR's forward takes no mask: the loop's share of t_AR is the rest
     loop = max(ar_per_token - ar_forward, 0.0)
     picks = draft_positions(seqs, positions, seed)
     rank_accuracy = rank_accuracy or head_manifest(head.variant)["rank_accuracy"]
@@ -222,7 +226,8 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     responses = torch.tensor([t for c in seqs for t in c.ids[c.prompt_len:]])
     coverage = 1.0 if vocab is None else float(torch.isin(responses, vocab).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
-              "head": head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
+              "head": head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for p in prompts],
+              "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
               "target_latency_seconds": {str(k): v for k, v in latency.items()},  # monotone(measured)

@@ -56,6 +56,19 @@ def test_shipped_training_set_is_separate_from_evaluation():
     assert manifest["train"]["response_tokens"] == sum(len(t) - pl for t, pl in data.sequences("train"))
 
 
+def test_unique_heldout_leaves_out_prompts_sharegpt_repeats():
+    from lab.train.regen import load_regen, repeated_prompts, unique_heldout
+    regen = load_regen()
+    heldout = [i for i in range(len(regen.split)) if regen.split[i] == 0]
+    unique = unique_heldout(regen)
+    prompt = {i: tuple(regen.ids(i)[: regen.prompt_lens[i]].tolist()) for i in heldout}
+    train_prompts = {tuple(ids[:p].tolist()) for ids, p in regen.sequences("train")}
+    leaked = [i for i in heldout if prompt[i] in train_prompts]  # e.g. "hi": held out and trained on
+    assert leaked and not set(leaked) & set(unique)
+    assert set(unique) < set(heldout) and all(prompt[i] not in repeated_prompts() for i in unique)
+    assert all(prompt[i] in repeated_prompts() for i in set(heldout) - set(unique))
+
+
 def test_sharegpt_replies_are_new_prompts_with_their_own_replies(monkeypatch):
     from lab.models import load_tokenizer
     from lab.train.regen import MAX_NEW_TOKENS, load_regen, sharegpt_replies

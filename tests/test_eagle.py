@@ -158,6 +158,12 @@ def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["loss_last_20"]["feature"] < manifest["loss_first_20"]["feature"]
     assert len(manifest["heldout_top1_agreement_by_depth"]) == 6 and manifest["steps"] == 25
+    assert manifest["heldout_unique_prompts"]["prompts"] <= 1
+    from lab.train.eagle import evaluate_saved_head  # re-scoring the saved (fp16) head, recorded beside
+    report = evaluate_saved_head(out, target=tiny, data=small_set())
+    again = json.loads(out.with_suffix(".json").read_text())
+    assert again["evaluation"] == report and again["steps"] == 25
+    assert report["heldout_positions"] == manifest["heldout_positions"]
     head = load_head(tiny, "eagle1", out)
     copy = load_head(tiny, "eagle1", out)
     f, t = torch.randn(1, 5, tiny.config.hidden_size), torch.randint(0, 100, (1, 5))
@@ -206,6 +212,7 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer):
         assert r["predicted_speedup"] == predicted_speedup(r, latency, result["commit_seconds"],
                                                            result["ar_seconds_per_token"], result["loop_seconds"])
     assert result["loop_seconds"] == max(result["ar_seconds_per_token"] - result["ar_forward_seconds"], 0.0)
+    assert result["dtype"] == "float32" and len(result["tuning_prompts"]) == 2
     measured = {int(k): v for k, v in result["target_latency_seconds_measured"].items()}
     assert all(latency[a] <= latency[b] for a, b in zip(sorted(latency), sorted(latency)[1:]))
     assert set(measured) == set(latency)

@@ -33,7 +33,7 @@ from ..errors import LabError
 from ..models import load_target
 from ..paths import CACHE_DIR
 from .distill import CHECKPOINT_SECONDS, _finish_checkpoint, set_lr
-from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies
+from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, unique_heldout
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
 CHUNK = 64             # sequences per feature-cache file
@@ -215,7 +215,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     bar.close()
     head.eval()
     save_head(head, out)
-    report = evaluate_head(head, data, feats, heldout)
+    report = heldout_report(head, data, feats, heldout)
     regen_manifest = REGEN_DIR / "manifest.json"
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     first, last = np.nanmean(history[:20], axis=0), np.nanmean(history[-20:], axis=0)
@@ -290,6 +290,35 @@ def unrolled_predictions(head: EagleHead, features: torch.Tensor, tokens: torch.
         # the next block's feature at position i is this step's prediction of f_i (from row i-1)
         inputs.append(torch.cat([torch.zeros(1, out.shape[-1]), preds[-1][:-1]]))
     return preds
+
+
+def heldout_report(head: EagleHead, data: RegenSet, feats: FeatureSet, heldout: list[int]) -> dict:
+    """`evaluate_head` on the held-out prompts, and again on those of them whose prompt
+    ShareGPT holds only once (`unique_heldout`), which no training stage can have seen."""
+    unique = [i for i in unique_heldout(data) if i in set(heldout)]
+    report = evaluate_head(head, data, feats, heldout)
+    report["heldout_unique_prompts"] = {"prompts": len(unique), **({k: v for k, v in evaluate_head(
+        head, data, feats, unique).items() if k != "rank_accuracy"} if unique else {})}
+    return report
+
+
+def evaluate_saved_head(path: Path, target=None, data: RegenSet | None = None) -> dict:
+    """`python -m lab evaluate NAME`: re-score a saved head on the held-out prompts its training
+    evaluated and write the figures, with the command and commit that produced them, into its
+    manifest under "evaluation" (the training figures stay as they were). Only the held-out
+    sequences' features are computed (cached), so this takes about a minute on a CPU."""
+    manifest_path = path.with_suffix(".json")
+    if not path.exists() or not manifest_path.exists():
+        raise LabError(f"no head or manifest at {path}: train it first with `python -m lab train eagle1 --name {path.stem}`")
+    manifest = json.loads(manifest_path.read_text())
+    target = target if target is not None else load_target()
+    head = load_head(target, manifest["variant"], path)
+    heldout = (data if data is not None else load_regen()).subset("heldout", manifest["data"]["heldout_prompts_evaluated"])
+    feats = target_features(target, heldout, head.feature_layers)
+    report = {"command": command_line(), "commit": git_commit(),
+              **heldout_report(head, heldout, feats, list(range(len(heldout.split))))}
+    write_json(manifest_path, {**manifest, "evaluation": report})
+    return report
 
 
 def evaluate_head(head: EagleHead, data: RegenSet, feats: FeatureSet, indices: list[int],

@@ -12,6 +12,7 @@ packed into data/regen/ as uint16 token ids plus a manifest.
 """
 from __future__ import annotations
 
+import functools
 import random
 import re
 import time
@@ -203,6 +204,27 @@ class RegenSet:
         seqs = [self.tokens[self.offsets[i]: self.offsets[i + 1]] for i in keep]
         offsets = np.cumsum([0] + [len(s) for s in seqs]).astype(self.offsets.dtype)
         return RegenSet(np.concatenate(seqs), offsets, self.prompt_lens[keep], self.split[keep])
+
+
+@functools.lru_cache(maxsize=1)
+def repeated_prompts() -> frozenset[tuple[int, ...]]:
+    """Input ids of every ShareGPT first turn whose text occurs more than once. Only the
+    repeated texts are tokenised, which keeps this to seconds."""
+    counts: dict[str, int] = {}
+    for p in sharegpt_first_turns():
+        counts[p.text] = counts.get(p.text, 0) + 1
+    tokenizer = load_tokenizer()
+    return frozenset(tuple(chat_ids(tokenizer, text)) for text, n in counts.items() if n > 1)
+
+
+def unique_heldout(data: RegenSet) -> list[int]:
+    """Held-out sequences whose prompt occurs only once among ShareGPT's first turns.
+    ShareGPT repeats popular prompts word for word ("hi", ...), so a held-out prompt can also
+    be a regenerated training prompt (whose greedy answer is then the same) or a reply's
+    prompt; figures on this subset cannot have seen their own answer in training."""
+    repeated = repeated_prompts()
+    return [i for i in range(len(data.split))
+            if data.split[i] == 0 and tuple(data.ids(i)[: data.prompt_lens[i]].tolist()) not in repeated]
 
 
 def sharegpt_replies(tokens: int) -> RegenSet:
