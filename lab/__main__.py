@@ -62,7 +62,7 @@ def _load(args: argparse.Namespace, need_draft: bool):
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = load_tokenizer()
     if args.target == "tiny":
-        target = tiny_target(0)
+        target = tiny_target(0).to(getattr(torch, args.dtype))
         draft = make_draft(target, 1) if need_draft else None
     else:
         target = load_target(args.dtype)
@@ -161,24 +161,28 @@ def _evaluate(args: argparse.Namespace) -> None:
     unique = report["heldout_unique_prompts"]
     print(f"held-out top-1 agreement by depth: {report['heldout_top1_agreement_by_depth']} "
           f"({report['heldout_positions']} positions)")
-    print(f"on the {unique['prompts']} held-out prompts ShareGPT holds once: {unique['heldout_top1_agreement_by_depth']} "
-          f"({unique['heldout_positions']} positions); written to data/eagle/{args.name}.json under \"evaluation\"")
+    if unique["prompts"]:
+        print(f"on the {unique['prompts']} held-out prompts ShareGPT holds once: "
+              f"{unique['heldout_top1_agreement_by_depth']} ({unique['heldout_positions']} positions)")
+    print(f"written to data/eagle/{args.name}.json under \"evaluation\"")
 
 
 def _tune(args: argparse.Namespace) -> None:
-    from .costmodel import tune
+    from .artifacts import repo_path
+    from .costmodel import choice_path, tune
     from .eagle import load_head
     from .models import load_target, load_tokenizer
-    target = load_target()
+    target = load_target(args.dtype)
+    path = choice_path(args.dtype)
     result = tune(target, load_tokenizer(), load_head(target), max_new_tokens=args.max_new_tokens,
-                  positions=args.positions, draft_vocab=args.draft_vocab)
+                  positions=args.positions, draft_vocab=args.draft_vocab, path=path)
     c = result["choice"]
     print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
           f"predicted tau {c['predicted_tau']:.2f}, speed-up {c['predicted_speedup']:.2f}x "
           f"(static tree of the same size: tau {c['static_predicted_tau']:.2f}, "
           f"{c['static_predicted_speedup']:.2f}x); draft vocabulary {c['draft_vocab'] or 'all'} "
           f"(covers {result['draft_vocab_coverage_of_tuning_responses']:.1%} of the tuning answers' tokens); "
-          "written to data/eagle/tree_choice.json")
+          f"written to {repo_path(path)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--max-new-tokens", type=int, default=128, help="length of the tuning continuations")
     tune.add_argument("--draft-vocab", type=int, default=8192,
                       help="draft over the N most frequent training tokens (0: all 49,152; default 8192)")
+    tune.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                      help="the target's dtype to tune for (each has its own choice file; default float32)")
     tune.set_defaults(run=_tune)
 
     args = parser.parse_args(argv)

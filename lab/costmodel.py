@@ -188,15 +188,17 @@ def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_pe
 
 
 def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int = 128, positions: int = 160,
-         prefix: int = 300, path: Path | None = CHOICE_PATH, seed: int = 0, rank_accuracy: list[float] | None = None,
+         prefix: int = 300, path: Path | None = None, seed: int = 0, rank_accuracy: list[float] | None = None,
          depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0) -> dict:
     """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
-    speed-up; write everything (and the static tree's figures at the same budget) to `path`."""
+    speed-up; write everything (and the static tree's figures at the same budget) to `path`
+    (`python -m lab tune tree` passes `choice_path(dtype)`; None writes nothing)."""
     if prompts is None:
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
     # This shared machine drifts by 10-20% over minutes, so the timings the prediction divides
-    # are taken interleaved: three rounds, each a third of the AR continuations (t_AR), then
-    # T(n) over all sizes with a tree mask, then AR's own unmasked T(1); fastest round of each.
+    # are taken interleaved: three rounds, each a third of the AR continuations, then T(n) over
+    # all sizes with a tree mask, then AR's own unmasked T(1). t_AR is the mean over all the
+    # continuations (as bench measures it); each T is the fastest of its rounds.
     seqs, rounds, ar_forwards = [], [], []
     for r in range(3):
         seqs += greedy_continuations(target, tokenizer, prompts[r::3], max_new_tokens, head.feature_layers)
@@ -226,7 +228,7 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     responses = torch.tensor([t for c in seqs for t in c.ids[c.prompt_len:]])
     coverage = 1.0 if vocab is None else float(torch.isin(responses, vocab).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
-              "head": head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for p in prompts],
+              "head": head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
@@ -242,25 +244,33 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
 
 
 def dtype_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> "bfloat16", the name the command line and the choice files use."""
     return str(dtype).removeprefix("torch.")
 
 
-def load_choice(path: Path = CHOICE_PATH, dtype: str = "float32") -> TreeChoice:
+def choice_path(dtype: str = "float32") -> Path:
+    """Where `tune` keeps its choice for the target in `dtype` (each dtype has its own T(n))."""
+    return CHOICE_PATH if dtype == "float32" else CHOICE_PATH.with_name(f"tree_choice_{dtype}.json")
+
+
+def load_choice(path: Path | None = None, dtype: str = "float32") -> TreeChoice:
     """The tuned tree; it is only valid for the dtype whose T(n) the tuning measured."""
+    path = path or choice_path(dtype)
     if not path.exists():
-        raise LabError(f"no tuned tree at {path}: run `python -m lab tune tree` (a few minutes)")
+        raise LabError(f"no tuned tree at {path}: run `python -m lab tune tree --dtype {dtype}` (a few minutes)")
     tuned = json.loads(path.read_text())
     if tuned.get("dtype", "float32") != dtype:
         raise LabError(f"the tree in {path} was tuned with the target in {tuned.get('dtype', 'float32')}, not {dtype}: "
-                       "pass --eagle-tree depth,top-k,total")
+                       f"run `python -m lab tune tree --dtype {dtype}` or pass --eagle-tree depth,top-k,total")
     return TreeChoice(**tuned["choice"])
 
 
-def given_tree(depth: int, top_k: int, total_tokens: int, path: Path = CHOICE_PATH,
+def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,
                dtype: str = "float32") -> TreeChoice:
     """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
     tuning), with the tuner's predictions for it where the tuning measured that tree with the
     target in the same dtype (another dtype has another T(n), so no prediction)."""
+    path = path or choice_path(dtype)
     if not path.exists():
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=8192)
     tuned = json.loads(path.read_text())

@@ -29,9 +29,10 @@ def test_bench_smoke_json_schema(tmp_path):
 def test_bench_sampling_rows_are_not_compared(tmp_path):
     out = tmp_path / "b.json"
     r = lab("bench", "--target", "tiny", "--methods", "ar,sd", "--limit", "1", "--max-new-tokens", "6",
-            "--temperature", "0.8", "--top-p", "0.9", "--json", str(out))
+            "--temperature", "0.8", "--top-p", "0.9", "--dtype", "bfloat16", "--json", str(out))
     assert r.returncode == 0, r.stderr
-    assert json.loads(out.read_text())["methods"]["sd"]["identical_to_ar"] is None
+    res = json.loads(out.read_text())
+    assert res["methods"]["sd"]["identical_to_ar"] is None and res["config"]["dtype"] == "bfloat16"
 
 
 def test_generate_streams_plain_text():

@@ -39,18 +39,24 @@ def test_training_lowers_the_loss_and_round_trips(tmp_path, monkeypatch):
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path, monkeypatch):
+    import lab.train.checkpoint as checkpoint
     import lab.train.distill as distill
     monkeypatch.setattr(distill, "CACHE_DIR", tmp_path)
-    monkeypatch.setattr(distill, "CHECKPOINT_SECONDS", 0)  # checkpoint after every step
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_SECONDS", 0)  # checkpoint after every step
     target, data = tiny_target(0), tiny_regen()
     out = tmp_path / "d.safetensors"
     ckpt = tmp_path / "checkpoints" / "d.pt"
+    real_loss = distill._loss
     # an interrupted run: stop after 5 steps but keep the checkpoint as an interruption would
-    monkeypatch.setattr(distill, "_finish_checkpoint", lambda path: None)
+    monkeypatch.setattr(checkpoint.Checkpoint, "finish", lambda self: None)
     train_draft(1, minutes=5, batch=2, target=target, data=data, max_steps=5, out=out)
-    assert torch.load(ckpt, weights_only=False)["step"] == 5
+    assert torch.load(ckpt, weights_only=False)["progress"]["step"] == 5
+    calls = []
+    monkeypatch.setattr(distill, "_loss", lambda *a: calls.append(1) or real_loss(*a))
     train_draft(1, minutes=5, batch=2, target=target, data=data, max_steps=8, out=out, resume=True)
-    assert json.loads(out.with_suffix(".json").read_text())["steps"] == 8
+    manifest = json.loads(out.with_suffix(".json").read_text())
+    assert manifest["steps"] == 8 and len(calls) == 3  # only steps 6..8 ran
+    assert manifest["heldout_top1_agreement_before"] is None  # measured only on a fresh start
 
 
 def test_checkpoint_of_another_shape_is_a_clear_error(tmp_path, monkeypatch):
@@ -61,7 +67,12 @@ def test_checkpoint_of_another_shape_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(distill, "CACHE_DIR", tmp_path)
     ckpt = tmp_path / "checkpoints" / "d.pt"
     ckpt.parent.mkdir(parents=True)
-    torch.save({"n_layers": 2, "hidden": 64}, ckpt)
-    with pytest.raises(LabError, match="different target or draft shape"):
+    other = {"shape": {"n_layers": 2, "hidden": 64}, "model": {}, "optim": {}, "rng": None, "progress": {}}
+    torch.save(other, ckpt)
+    with pytest.raises(LabError, match="is for .*'n_layers': 2.* delete it or drop --resume"):
+        train_draft(1, minutes=1, target=tiny_target(0), data=tiny_regen(), max_steps=1,
+                    out=tmp_path / "d.safetensors", resume=True)
+    torch.save({"n_layers": 1, "hidden": 64, "step": 3}, ckpt)  # a checkpoint from before this format
+    with pytest.raises(LabError, match="older version of lab: delete it or drop --resume"):
         train_draft(1, minutes=1, target=tiny_target(0), data=tiny_regen(), max_steps=1,
                     out=tmp_path / "d.safetensors", resume=True)

@@ -20,18 +20,12 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
-from ..errors import LabError
 from ..models import draft_own_state, draft_path, load_target, make_draft
 from ..paths import CACHE_DIR
+from .checkpoint import Checkpoint
 from .regen import REGEN_DIR, load_regen
 
 MAX_LEN = 384  # tokens per training sequence: the response and as much prompt as fits
-CHECKPOINT_SECONDS = 60
-
-
-def _finish_checkpoint(path: Path) -> None:
-    """A finished run's checkpoint is no longer needed (the result is written)."""
-    path.unlink(missing_ok=True)
 
 
 def set_lr(optim: torch.optim.Optimizer, lr: float, step: int, spent: float, budget: float, warmup: int) -> None:
@@ -105,21 +99,14 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 2e-3,
     params = [p for p in draft.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     out = out or draft_path(n_layers)
-    ckpt = CACHE_DIR / "checkpoints" / (out.stem + ".pt")
-    step, spent, losses = 0, 0.0, []
-    if resume and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        if state["n_layers"] != n_layers or state["hidden"] != target.config.hidden_size:
-            raise LabError(f"{ckpt} is for a different target or draft shape: delete it or drop --resume")
-        draft.load_state_dict(state["model"], strict=False)
-        optim.load_state_dict(state["optim"])
-        step, spent, losses = state["step"], state["spent"], state["losses"]
-        rng.setstate(state["rng"])
+    ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"),
+                      {"n_layers": n_layers, "hidden": target.config.hidden_size})
+    progress = ckpt.resume(draft, optim, rng) if resume else None
+    step, spent, losses = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
     agreement_before = top1_agreement(draft, heldout, pad) if step == 0 else None
     budget = minutes * 60
     draft.train()
     bar = tqdm(total=round(budget), initial=round(spent), desc=f"draft {n_layers}L", unit="s")
-    last_ckpt = time.perf_counter()
     while spent < budget and (max_steps is None or step < max_steps):
         t0 = time.perf_counter()
         set_lr(optim, lr, step, spent, budget, warmup=20)
@@ -133,12 +120,7 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 2e-3,
         spent += time.perf_counter() - t0
         bar.n = round(spent)
         bar.set_postfix(step=step, loss=f"{np.mean(losses[-20:]):.3f}")
-        if time.perf_counter() - last_ckpt >= CHECKPOINT_SECONDS:
-            atomic_write(ckpt, lambda tmp: torch.save(
-                {"n_layers": n_layers, "hidden": target.config.hidden_size, "model": draft_own_state(draft),
-                 "optim": optim.state_dict(), "step": step, "spent": spent, "losses": losses,
-                 "rng": rng.getstate()}, tmp))
-            last_ckpt = time.perf_counter()
+        ckpt.save_if_due(lambda: draft_own_state(draft), optim, rng, {"step": step, "spent": spent, "history": losses})
     bar.close()
     draft.eval()
     atomic_write(out, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},
@@ -162,5 +144,5 @@ def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 2e-3,
         "heldout_top1_agreement_before": agreement_before,
         "heldout_top1_agreement": top1_agreement(draft, heldout, pad),
     })
-    _finish_checkpoint(ckpt)
+    ckpt.finish()
     return out

@@ -26,13 +26,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
+from transformers import LlamaForCausalLM
 
 from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
 from ..eagle import EagleHead, head_path, load_head, save_head
 from ..errors import LabError
 from ..models import load_target
 from ..paths import CACHE_DIR
-from .distill import CHECKPOINT_SECONDS, _finish_checkpoint, set_lr
+from .checkpoint import Checkpoint
+from .distill import set_lr
 from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, unique_heldout
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
@@ -176,22 +178,15 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     params = [p for p in head.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     out = out or head_path(variant)
-    ckpt = CACHE_DIR / "checkpoints" / (out.stem + ".pt")
-    step, spent, history = 0, 0.0, []
     shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size,
-             "replies": replies, "reply_feature_dtype": reply_feature_dtype, "init": None if init is None else repo_path(init)}  # what a resume must match
-    if resume and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        if state["shape"] != shape:
-            raise LabError(f"{ckpt} is for {state['shape']}, not {shape}: delete it or drop --resume")
-        head.load_state_dict(state["model"], strict=False)
-        optim.load_state_dict(state["optim"])
-        step, spent, history = state["step"], state["spent"], state["history"]
-        rng.setstate(state["rng"])
+             "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
+             "init": None if init is None else repo_path(init)}  # what a resume must match
+    ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
+    progress = ckpt.resume(head, optim, rng) if resume else None
+    step, spent, history = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
     budget = minutes * 60
     head.train()
     bar = tqdm(total=round(budget), initial=round(spent), desc=f"train {variant}", unit="s")
-    last_ckpt = time.perf_counter()
     while spent < budget and (max_steps is None or step < max_steps):
         t0 = time.perf_counter()
         set_lr(optim, lr, step, spent, budget, warmup=50)
@@ -207,11 +202,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
         recent = np.nanmean(history[-20:], axis=0)
         bar.n = round(spent)
         bar.set_postfix(step=step, feature=f"{recent[0]:.3f}", ce=f"{recent[1]:.3f}")
-        if time.perf_counter() - last_ckpt >= CHECKPOINT_SECONDS:
-            atomic_write(ckpt, lambda tmp: torch.save(
-                {"shape": shape, "model": head.own_state(), "optim": optim.state_dict(), "step": step,
-                 "spent": spent, "history": history, "rng": rng.getstate()}, tmp))
-            last_ckpt = time.perf_counter()
+        ckpt.save_if_due(head.own_state, optim, rng, {"step": step, "spent": spent, "history": history})
     bar.close()
     head.eval()
     save_head(head, out)
@@ -241,7 +232,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
         "loss_last_20": {"feature": round(float(last[0]), 4), "ce": round(float(last[1]), 4)},
         **report,
     })
-    _finish_checkpoint(ckpt)
+    ckpt.finish()
     return out
 
 
@@ -295,14 +286,14 @@ def unrolled_predictions(head: EagleHead, features: torch.Tensor, tokens: torch.
 def heldout_report(head: EagleHead, data: RegenSet, feats: FeatureSet, heldout: list[int]) -> dict:
     """`evaluate_head` on the held-out prompts, and again on those of them whose prompt
     ShareGPT holds only once (`unique_heldout`), which no training stage can have seen."""
-    unique = [i for i in unique_heldout(data) if i in set(heldout)]
+    unique = sorted(set(unique_heldout(data)) & set(heldout))
     report = evaluate_head(head, data, feats, heldout)
     report["heldout_unique_prompts"] = {"prompts": len(unique), **({k: v for k, v in evaluate_head(
         head, data, feats, unique).items() if k != "rank_accuracy"} if unique else {})}
     return report
 
 
-def evaluate_saved_head(path: Path, target=None, data: RegenSet | None = None) -> dict:
+def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data: RegenSet | None = None) -> dict:
     """`python -m lab evaluate NAME`: re-score a saved head on the held-out prompts its training
     evaluated and write the figures, with the command and commit that produced them, into its
     manifest under "evaluation" (the training figures stay as they were). Only the held-out
