@@ -155,16 +155,18 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
+    from .artifacts import repo_path
     from .eagle import head_path
     from .train.eagle import evaluate_saved_head
-    report = evaluate_saved_head(head_path(args.name))
+    path = head_path(args.name)
+    report = evaluate_saved_head(path)
     unique = report["heldout_unique_prompts"]
     print(f"held-out top-1 agreement by depth: {report['heldout_top1_agreement_by_depth']} "
           f"({report['heldout_positions']} positions)")
     if unique["prompts"]:
         print(f"on the {unique['prompts']} held-out prompts ShareGPT holds once: "
               f"{unique['heldout_top1_agreement_by_depth']} ({unique['heldout_positions']} positions)")
-    print(f"written to data/eagle/{args.name}.json under \"evaluation\"")
+    print(f"written to {repo_path(path.with_suffix('.json'))} under \"evaluation\"")
 
 
 def _tune(args: argparse.Namespace) -> None:
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--replies", type=int, default=0,
                        help="eagle1: also train on this many tokens of ShareGPT's original replies (default 0)")
     train.add_argument("--reply-feature-dtype", default="float32", choices=["float32", "bfloat16"],
-                       help="eagle1: compute the replies' target features in this dtype (bfloat16: about 2.7x faster "
+                       help="eagle1: compute the replies' target features in this dtype (bfloat16: much faster "
                             "on CPUs with matrix units; default float32)")
     train.add_argument("--init", default=None,
                        help="eagle1: start from the trained head data/eagle/NAME.safetensors")

@@ -237,9 +237,8 @@ def sharegpt_replies(tokens: int) -> RegenSet:
 
     ShareGPT repeats popular prompts ("hi", a birthday-party question, ...), so a later prompt
     can be word for word a held-out one: such prompts are skipped. (The shipped head's second
-    stage predates this rule: some of its reply prompts repeat held-out prompts, so its
-    manifest's held-out figures are somewhat optimistic.) A reply cut at the limit
-    is closed with EOS as well, so one position in about 160 shows the target an ending it
+    stage predates this rule, so judge it by its figures on `unique_heldout`.) A reply cut at
+    the limit is closed with EOS as well, so one position in about 160 shows the target an ending it
     would not have produced."""
     from ..data import sharegpt_conversations
     tokenizer = load_tokenizer()
