@@ -18,8 +18,9 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                    help="which shipped draft `sd` uses (default 2)")
     p.add_argument("--tree", default="4,4,16", help="sd-tree: depth,top-k,total tokens (default 4,4,16)")
     p.add_argument("--eagle-tree", default="auto",
-                   help="eagle1/eagle2: depth,top-k,total tokens, or auto = the size `python -m lab tune tree` "
-                        "chose for this machine (default); a given tree drafts over the tuned draft vocabulary")
+                   help="eagle1/eagle2/eagle3: depth,top-k,total tokens, or auto = the size `python -m lab tune tree` "
+                        "chose for this machine and head (default); a given tree applies to every EAGLE method "
+                        "(an EAGLE-1 head drafts over its tuned vocabulary, an EAGLE-3 head over its own)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -50,6 +51,24 @@ def _eagle(args: argparse.Namespace, target):
     else:
         choice = given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype)
     return load_head(target), choice, head_manifest()["rank_accuracy"]
+
+
+def _eagle3(args: argparse.Namespace, target):
+    """The EAGLE-3 head and its tree size (its own tuning, or the given --eagle-tree)."""
+    from .costmodel import given_tree, load_choice
+    from .eagle3 import load_head
+    if args.eagle_tree == "auto":
+        choice = load_choice(dtype=args.dtype, head="eagle3")
+    else:
+        choice = given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype, head="eagle3")
+    return load_head(target), choice
+
+
+def _setup_eagle(args: argparse.Namespace, setup, methods: list[str]) -> None:
+    if any(m in ("eagle1", "eagle2") for m in methods):
+        setup.head, setup.eagle_tree, setup.rank_accuracy = _eagle(args, setup.target)
+    if "eagle3" in methods:
+        setup.head3, setup.eagle3_tree = _eagle3(args, setup.target)
 
 
 def _load(args: argparse.Namespace, need_draft: bool):
@@ -85,8 +104,7 @@ def _bench(args: argparse.Namespace) -> None:
                                                                     for m in methods))
     setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, args.kernel,
                   args.tree)
-    if any(m.startswith("eagle") for m in methods):
-        setup.head, setup.eagle_tree, setup.rank_accuracy = _eagle(args, target)
+    _setup_eagle(args, setup, methods)
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
     result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
@@ -111,9 +129,9 @@ def _generate(args: argparse.Namespace) -> None:
         drafter = TreeModelDraft(draft, *args.tree)
     else:
         setup = Setup(target, None, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
-        setup.head, setup.eagle_tree, setup.rank_accuracy = _eagle(args, target)
+        _setup_eagle(args, setup, [args.method])
         drafter = setup.eagle_drafter(args.method)
-        args.draft_len = setup.eagle_tree.depth  # a tree drafts as deep as its depth
+        args.draft_len = setup.tree_for(args.method).depth  # a tree drafts as deep as its depth
     tokens: list[int] = []
     printed = ""
 
@@ -145,6 +163,14 @@ def _train(args: argparse.Namespace) -> None:
         if args.layers is None:
             raise LabError("`train draft` needs --layers N (1, 2 or 4)")
         print(train_draft(args.layers, args.minutes or 6.0, batch=args.batch, lr=args.lr or 2e-3, resume=args.resume))
+    elif args.what == "eagle3":
+        from .eagle3 import head_path
+        from .train.eagle3 import train_eagle3
+        print(train_eagle3(args.minutes or 60.0, steps=args.ttt_steps, batch=args.batch, lr=args.lr or 1e-3,
+                           vocab_size=args.draft_vocab, replies=args.replies,
+                           reply_feature_dtype=args.reply_feature_dtype, data_fraction=args.data_fraction,
+                           init=head_path(args.init) if args.init else None, resume=args.resume,
+                           out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
     else:
         from .eagle import head_path
         from .train.eagle import train_head
@@ -172,17 +198,22 @@ def _evaluate(args: argparse.Namespace) -> None:
 def _tune(args: argparse.Namespace) -> None:
     from .artifacts import repo_path
     from .costmodel import choice_path, tune
-    from .eagle import load_head
     from .models import load_target, load_tokenizer
     target = load_target(args.dtype)
-    path = choice_path(args.dtype)
-    result = tune(target, load_tokenizer(), load_head(target), max_new_tokens=args.max_new_tokens,
-                  positions=args.positions, draft_vocab=args.draft_vocab, path=path)
+    path = choice_path(args.dtype, args.head)
+    if args.head == "eagle3":
+        from .eagle3 import load_head
+        head, draft_vocab = load_head(target), 0  # it drafts over its own vocabulary
+    else:
+        from .eagle import load_head
+        head, draft_vocab = load_head(target), args.draft_vocab
+    result = tune(target, load_tokenizer(), head, max_new_tokens=args.max_new_tokens,
+                  positions=args.positions, draft_vocab=draft_vocab, path=path)
     c = result["choice"]
     print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
           f"predicted tau {c['predicted_tau']:.2f}, speed-up {c['predicted_speedup']:.2f}x "
           f"(static tree of the same size: tau {c['static_predicted_tau']:.2f}, "
-          f"{c['static_predicted_speedup']:.2f}x); draft vocabulary {c['draft_vocab'] or 'all'} "
+          f"{c['static_predicted_speedup']:.2f}x); draft vocabulary {result['draft_vocab_size']} "
           f"(covers {result['draft_vocab_coverage_of_tuning_responses']:.1%} of the tuning answers' tokens); "
           f"written to {repo_path(path)}")
 
@@ -192,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="compare decoding methods on a dataset; prints a table")
-    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,eagle1,eagle2,hf,hf-assisted,hf-pld")
+    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,eagle1,eagle2,eagle3,hf,hf-assisted,hf-pld")
     bench.add_argument("--dataset", default="mt_bench", help="mt_bench, humaneval or sharegpt")
     bench.add_argument("--prompts", default=None, help="JSONL file with one {\"prompt\": ...} per line")
     bench.add_argument("--limit", type=int, default=10)
@@ -203,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = sub.add_parser("generate", help="stream one answer, coloured by token origin")
     gen.add_argument("prompt")
-    gen.add_argument("--method", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2"], default="eagle2")
+    gen.add_argument("--method", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3"], default="eagle2")
     gen.add_argument("--no-color", action="store_true")
     _add_sampling(gen)
     gen.set_defaults(run=_generate)
@@ -214,22 +245,30 @@ def main(argv: list[str] | None = None) -> int:
                       help="training response tokens to reach (default 100000, about 20 minutes on 2 cores)")
     data.set_defaults(run=_data)
 
-    train = sub.add_parser("train", help="distil a draft model or train an EAGLE head from the target")
-    train.add_argument("what", choices=["draft", "eagle1"])
+    train = sub.add_parser("train", help="distil a draft model or train an EAGLE head from the target "
+                                        "(eagle3 also runs under torchrun --nproc_per_node N)")
+    train.add_argument("what", choices=["draft", "eagle1", "eagle3"])
     train.add_argument("--layers", type=int, help="draft: decoder layers (1, 2 or 4)")
     train.add_argument("--variant", default="eagle1", choices=["eagle1", "no-token", "token-only"],
                        help="eagle1: what the head sees (default: feature + next token)")
     train.add_argument("--name", default=None,
-                       help="eagle1: save as data/eagle/NAME.safetensors (default: the variant's name)")
+                       help="eagle1/eagle3: save as data/eagle/NAME.safetensors (default: the variant's name)")
     train.add_argument("--replies", type=int, default=0,
-                       help="eagle1: also train on this many tokens of ShareGPT's original replies (default 0)")
+                       help="eagle1/eagle3: also train on this many tokens of ShareGPT's original replies (default 0)")
     train.add_argument("--reply-feature-dtype", default="float32", choices=["float32", "bfloat16"],
-                       help="eagle1: compute the replies' target features in this dtype (bfloat16: much faster "
+                       help="eagle1/eagle3: compute the replies' target features in this dtype (bfloat16: much faster "
                             "on CPUs with matrix units; default float32)")
     train.add_argument("--init", default=None,
-                       help="eagle1: start from the trained head data/eagle/NAME.safetensors")
+                       help="eagle1/eagle3: start from the trained head data/eagle/NAME.safetensors")
+    train.add_argument("--ttt-steps", type=int, default=7, help="eagle3: training-time test steps (default 7)")
+    train.add_argument("--draft-vocab", type=int, default=16384,
+                       help="eagle3: draft vocabulary, the most frequent training tokens (default 16384)")
+    train.add_argument("--data-fraction", type=float, default=1.0,
+                       help="eagle3: train on this first fraction of the training sequences (default 1)")
+    train.add_argument("--max-steps", type=int, default=None,
+                       help="eagle3: exactly this many steps instead of a time budget (cosine over steps)")
     train.add_argument("--minutes", type=float, default=None,
-                       help="wall-clock budget in minutes (default: 6 for a draft, 30 for an EAGLE head)")
+                       help="wall-clock budget in minutes (default: 6 for a draft, 30 for EAGLE-1, 60 for EAGLE-3)")
     train.add_argument("--batch", type=int, default=8)
     train.add_argument("--lr", type=float, default=None, help="default: 2e-3 for a draft, 1e-3 for an EAGLE head")
     train.add_argument("--resume", action="store_true")
@@ -244,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--positions", type=int, default=160, help="draft positions measured (default 160)")
     tune.add_argument("--max-new-tokens", type=int, default=128, help="length of the tuning continuations")
     tune.add_argument("--draft-vocab", type=int, default=8192,
-                      help="draft over the N most frequent training tokens (0: all 49,152; default 8192)")
+                      help="eagle1: draft over the N most frequent training tokens (0: all 49,152; default "
+                           "8192); an EAGLE-3 head drafts over its own vocabulary")
+    tune.add_argument("--head", choices=["eagle1", "eagle3"], default="eagle1",
+                      help="which shipped head to tune for (each has its own choice file; default eagle1)")
     tune.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                       help="the target's dtype to tune for (each has its own choice file; default float32)")
     tune.set_defaults(run=_tune)

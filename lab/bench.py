@@ -18,13 +18,13 @@ from .artifacts import command_line, git_commit, machine, write_json
 from .data import Prompt, chat_ids
 from .decode import DecodeResult, decode, resolve_kernel
 from .costmodel import TreeChoice
-from .drafters import ModelDraft, NoDraft, TreeModelDraft
-from .eagle import EagleDraft, draft_vocabulary, static_shape
+from .drafters import EagleDraft, ModelDraft, NoDraft, TreeModelDraft, draft_vocabulary, static_shape
 from .engine import Engine
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
 
-METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "hf", "hf-assisted", "hf-pld")
+METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "hf", "hf-assisted", "hf-pld")
+EAGLE_METHODS = ("eagle1", "eagle2", "eagle3")
 TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
 
 
@@ -43,16 +43,24 @@ class Setup:
     head: torch.nn.Module | None = None        # eagle1/eagle2: the EAGLE head
     eagle_tree: TreeChoice | None = None       # eagle1/eagle2: tree size (from `python -m lab tune tree`)
     rank_accuracy: list[float] | None = None   # eagle1: per-rank accuracy that shapes the static tree
+    head3: torch.nn.Module | None = None       # eagle3: the EAGLE-3 head
+    eagle3_tree: TreeChoice | None = None      # eagle3: its tree size (tuned for it, or given)
+
+    def tree_for(self, method: str) -> TreeChoice:
+        return self.eagle3_tree if method == "eagle3" else self.eagle_tree
 
     def eagle_drafter(self, method: str) -> EagleDraft:
-        if self.head is None or self.eagle_tree is None:
-            raise LabError(f"{method} needs an EAGLE head and a tree size (Setup.head, Setup.eagle_tree)")
-        t = self.eagle_tree
+        head = self.head3 if method == "eagle3" else self.head
+        t = self.tree_for(method)
+        if head is None or t is None:
+            raise LabError(f"{method} needs an EAGLE head and a tree size (Setup.head/head3, Setup.eagle_tree/eagle3_tree)")
+        if method == "eagle3":
+            return EagleDraft(head, "dynamic", t.depth, t.top_k, t.total_tokens)
         vocab = draft_vocabulary(t.draft_vocab) if t.draft_vocab else None
         if method == "eagle1":
-            return EagleDraft(self.head, "static", shape=static_shape(t.total_tokens, t.depth, self.rank_accuracy),
+            return EagleDraft(head, "static", shape=static_shape(t.total_tokens, t.depth, self.rank_accuracy),
                               vocab=vocab)
-        return EagleDraft(self.head, "dynamic", t.depth, t.top_k, t.total_tokens, vocab=vocab)
+        return EagleDraft(head, "dynamic", t.depth, t.top_k, t.total_tokens, vocab=vocab)
 
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
@@ -114,8 +122,8 @@ def make_runner(setup: Setup, method: str) -> Runner:
         return _ours(setup, ModelDraft(setup.draft))
     if method == "sd-tree":
         return _ours(setup, TreeModelDraft(setup.draft, *setup.tree))
-    if method in ("eagle1", "eagle2"):
-        return _ours(setup, setup.eagle_drafter(method), setup.eagle_tree.depth)
+    if method in EAGLE_METHODS:
+        return _ours(setup, setup.eagle_drafter(method), setup.tree_for(method).depth)
     if method in ("hf", "hf-assisted", "hf-pld"):
         return _hf(setup, method)
     raise LabError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
@@ -133,10 +141,11 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
         return {"loop": "lab.decode", "verification_kernel": kernel, "draft_layers": draft_layers,
                 "tree": "dynamic (EAGLE-2 expansion and reranking)", "depth": depth, "top_k": top_k,
                 "total_tokens": total}
-    if method in ("eagle1", "eagle2"):
-        t = setup.eagle_tree
+    if method in EAGLE_METHODS:
+        t = setup.tree_for(method)
         static = method == "eagle1"
-        return {"loop": "lab.decode", "verification_kernel": kernel, "head": getattr(setup.head, "variant", None),
+        head = setup.head3 if method == "eagle3" else setup.head
+        return {"loop": "lab.decode", "verification_kernel": kernel, "head": getattr(head, "variant", None),
                 "tree": "static (EAGLE-1 shape from per-rank accuracy)" if static
                 else "dynamic (EAGLE-2 expansion and reranking)",
                 "depth": t.depth, "top_k": None if static else t.top_k, "total_tokens": t.total_tokens,

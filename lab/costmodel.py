@@ -32,8 +32,9 @@ import torch
 from .artifacts import command_line, git_commit, machine, write_json
 from .data import chat_ids, mt_bench
 from .decode import decode
-from .drafters import NoDraft
-from .eagle import EagleDraft, EagleHead, draft_vocabulary, head_manifest, static_shape
+from .drafters import EagleDraft, NoDraft, draft_vocabulary, static_shape
+from .eagle import EagleHead, head_manifest
+from .eagle3 import Eagle3Head
 from .engine import Engine
 from .errors import LabError
 from .measure import forward_latency
@@ -90,7 +91,7 @@ def draft_positions(seqs: list[Continuation], count: int, seed: int, margin: int
     return sorted(random.Random(seed).sample(all_pos, min(count, len(all_pos))))
 
 
-def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tuple[int, int]],
+def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positions: list[tuple[int, int]],
                   depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, static_depth: int | None = None,
                   rank_accuracy: list[float] | None = None, vocab: torch.Tensor | None = None) -> dict:
     """tau and drafting seconds for every (depth, top_k, size) of the dynamic tree, the static
@@ -107,7 +108,7 @@ def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tup
     probe = next(iter(drafters.values()))
 
     def clock() -> float:  # GPU work is asynchronous: wait for it before reading the clock
-        if probe.engine.model.device.type == "cuda":
+        if probe.cache.device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter()
 
@@ -120,7 +121,7 @@ def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tup
         probe.commit(context, c.features[i - 3: i])
         commit_seconds.append(clock() - start)
         for key, drafter in list(drafters.items()) + [(("static", n), d) for n, d in statics.items()]:
-            drafter.engine, drafter.root = probe.engine, probe.root  # share the committed prefix
+            drafter.cache, drafter.root = probe.cache, probe.root  # share the committed prefix
             start = clock()
             tree = drafter.propose(context, 64, GREEDY, RandomStream(0))
             spent = clock() - start
@@ -144,7 +145,7 @@ def measure_trees(head: EagleHead, seqs: list[Continuation], positions: list[tup
     }
 
 
-def node_outcomes(head: EagleHead, seqs: list[Continuation], positions: list[tuple[int, int]], depth: int,
+def node_outcomes(head: EagleHead | Eagle3Head, seqs: list[Continuation], positions: list[tuple[int, int]], depth: int,
                   top_k: int, total_tokens: int, vocab: torch.Tensor | None = None) -> list[dict]:
     """Every drafted node whose parent the target accepted (greedy, along the known
     continuation): its confidence, depth, rank among its siblings, and whether it was accepted.
@@ -187,7 +188,7 @@ def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_pe
     return row["tau"] * ar_per_token / (latency[row["total_tokens"]] + row["draft_seconds"] + commit + loop)
 
 
-def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int = 128, positions: int = 160,
+def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_tokens: int = 128, positions: int = 160,
          prefix: int = 300, path: Path | None = None, seed: int = 0, rank_accuracy: list[float] | None = None,
          depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0) -> dict:
     """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
@@ -210,8 +211,9 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     ar_forward = min(ar_forwards)  # AR's forward takes no mask: the loop's share of t_AR is the rest
     loop = max(ar_per_token - ar_forward, 0.0)
     picks = draft_positions(seqs, positions, seed)
-    rank_accuracy = rank_accuracy or head_manifest(head.variant)["rank_accuracy"]
+    rank_accuracy = rank_accuracy or _manifest_of(head)["rank_accuracy"]
     vocab = draft_vocabulary(draft_vocab) if draft_vocab else None
+    own = getattr(head, "vocab", None)  # an EAGLE-3 head drafts over its own vocabulary
     first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab)
     commit = first["commit_seconds"]
     for row in first["dynamic"]:
@@ -226,7 +228,8 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
                         round(best["predicted_speedup"], 4), round(same["tau"], 4), round(same["predicted_speedup"], 4),
                         draft_vocab)
     responses = torch.tensor([t for c in seqs for t in c.ids[c.prompt_len:]])
-    coverage = 1.0 if vocab is None else float(torch.isin(responses, vocab).float().mean())
+    drafted = own.cpu() if own is not None else vocab
+    coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
               "head": head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
@@ -236,6 +239,7 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
               "ar_forward_seconds": ar_forward, "loop_seconds": loop,
               "commit_seconds": commit, "ar_seconds_per_token": ar_per_token, "positions": first["positions"],
               "draft_vocab": draft_vocab, "draft_vocab_coverage_of_tuning_responses": coverage,
+              "draft_vocab_size": len(drafted) if drafted is not None else "all",
               "choice": asdict(choice), "dynamic": first["dynamic"], "static": static,
               "rank_accuracy": rank_accuracy}
     if path:
@@ -243,21 +247,31 @@ def tune(target, tokenizer, head: EagleHead, prompts=None, max_new_tokens: int =
     return result
 
 
+def _manifest_of(head) -> dict:
+    if head.variant == "eagle3":
+        from .eagle3 import head_manifest as eagle3_manifest
+        return eagle3_manifest()  # the shipped EAGLE-3 head's
+    return head_manifest(head.variant)
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """torch.bfloat16 -> "bfloat16", the name the command line and the choice files use."""
     return str(dtype).removeprefix("torch.")
 
 
-def choice_path(dtype: str = "float32") -> Path:
-    """Where `tune` keeps its choice for the target in `dtype` (each dtype has its own T(n))."""
-    return CHOICE_PATH if dtype == "float32" else CHOICE_PATH.with_name(f"tree_choice_{dtype}.json")
+def choice_path(dtype: str = "float32", head: str = "eagle1") -> Path:
+    """Where `tune` keeps its choice for a head with the target in `dtype` (each dtype has its
+    own T(n), each head its own acceptance)."""
+    parts = [p for p in (None if head == "eagle1" else head, None if dtype == "float32" else dtype) if p]
+    return CHOICE_PATH.with_name("_".join(["tree_choice", *parts]) + ".json")
 
 
-def load_choice(path: Path | None = None, dtype: str = "float32") -> TreeChoice:
+def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "eagle1") -> TreeChoice:
     """The tuned tree; it is only valid for the dtype whose T(n) the tuning measured."""
-    path = path or choice_path(dtype)
+    path = path or choice_path(dtype, head)
     if not path.exists():
-        raise LabError(f"no tuned tree at {path}: run `python -m lab tune tree --dtype {dtype}` (a few minutes)")
+        raise LabError(f"no tuned tree at {path}: run `python -m lab tune tree --head {head} --dtype {dtype}` "
+                       "(a few minutes)")
     tuned = json.loads(path.read_text())
     if tuned.get("dtype", "float32") != dtype:
         raise LabError(f"the tree in {path} was tuned with the target in {tuned.get('dtype', 'float32')}, not {dtype}: "
@@ -266,13 +280,13 @@ def load_choice(path: Path | None = None, dtype: str = "float32") -> TreeChoice:
 
 
 def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,
-               dtype: str = "float32") -> TreeChoice:
+               dtype: str = "float32", head: str = "eagle1") -> TreeChoice:
     """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
     tuning), with the tuner's predictions for it where the tuning measured that tree with the
     target in the same dtype (another dtype has another T(n), so no prediction)."""
-    path = path or choice_path(dtype)
+    path = path or choice_path(dtype, head)
     if not path.exists():
-        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=8192)
+        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=0 if head == "eagle3" else 8192)
     tuned = json.loads(path.read_text())
     if tuned.get("dtype", "float32") != dtype:
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])

@@ -7,8 +7,8 @@ import torch
 
 from lab.data import chat_ids, mt_bench
 from lab.decode import decode
-from lab.drafters import NoDraft
-from lab.eagle import EagleDraft, EagleHead, load_head, static_shape
+from lab.drafters import EagleDraft, NoDraft, static_shape
+from lab.eagle import EagleHead, load_head
 from lab.engine import Engine
 from lab.errors import LabError
 from lab.sampling import Sampling

@@ -1,23 +1,12 @@
-"""Drafters: what proposes tokens for the target to verify.
-
-A drafter has two methods:
-  * propose(context, k, sampling, rng) -> (draft tokens, q) where q [k, V] holds the
-    probabilities the drafts were sampled from (None when drafts are one-hot, e.g. greedy),
-    or a `DraftTree` of deterministic top-k children (at most k deep);
-  * commit(context, features) after prefill and after each verification, with the full
-    accepted context, so the drafter can keep its own cache consistent; `features` holds the
-    target's hidden states (the layers in the drafter's `feature_layers`, if it has any) at
-    the positions the target has just scored.
-AR decoding is simply the drafter that proposes nothing.
-"""
+"""Token-level drafters: none at all (AR) and a small language model, as a chain or a tree."""
 from __future__ import annotations
 
 import torch
 
-from .engine import Engine
-from .sampling import RandomStream, Sampling, probabilities
-from .trees import DraftTree, dynamic_tree, top_children
-from .verify import race
+from ..engine import Engine
+from ..sampling import RandomStream, Sampling, probabilities
+from ..trees import DraftTree, dynamic_tree, top_children
+from ..verify import race
 
 
 class NoDraft:

@@ -1,0 +1,160 @@
+"""EagleDraft: an EAGLE head (lab/eagle.py's EAGLE-1 head or lab/eagle3.py's EAGLE-3 head)
+drafting a tree: EAGLE-1's static shape or EAGLE-2's dynamic expand-and-rerank.
+
+Both heads look the same from here. `head.project(features)` turns the target's features at a
+scored position into the head's input state (EAGLE-1: the top feature itself; EAGLE-3: fc over
+three layers); `head.drafter_state()` is a cache that runs pairs (state, next token) through
+the head's one layer and returns output states, which stand in for the next position's state
+when drafting deeper; and the draft logits come from the target's LM head restricted to a
+vocabulary subset (EAGLE-1) or from the head's own LM head over its own vocabulary (EAGLE-3).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+import torch
+
+from ..errors import LabError
+from ..sampling import RandomStream, Sampling
+from ..trees import DraftTree, Expand, dynamic_tree, top_children
+from .model import frontier_mask
+
+
+def static_shape(total_tokens: int, depth: int, rank_accuracy: list[float]) -> list[tuple[int, ...]]:
+    """EAGLE-1's fixed tree, chosen offline: the `total_tokens - 1` rank paths (r1, ..., rd)
+    most likely to be accepted if the draft's rank-r guess is right with probability
+    `rank_accuracy[r]` at every depth. Best-first search, so parents always come before
+    their children; returned parents first (by depth, then ranks)."""
+    if not rank_accuracy or rank_accuracy[0] <= 0:
+        raise LabError("static_shape needs per-rank accuracies with rank 0 > 0 (the head manifest's rank_accuracy)")
+    # measured tail ranks can be noisy or round to 0: make them positive and non-increasing,
+    # which the best-first search needs to be optimal
+    rank_accuracy = [max(a, 1e-6) for a in rank_accuracy]
+    rank_accuracy = [min(rank_accuracy[: r + 1]) for r in range(len(rank_accuracy))]
+    chosen: list[tuple[int, ...]] = []
+    heap = [(-rank_accuracy[0], (0,))]
+    while heap and len(chosen) < total_tokens - 1:
+        neg, path = heapq.heappop(heap)
+        chosen.append(path)
+        if path[-1] + 1 < len(rank_accuracy):  # the next sibling
+            sibling = path[:-1] + (path[-1] + 1,)
+            heapq.heappush(heap, (neg / rank_accuracy[path[-1]] * rank_accuracy[path[-1] + 1], sibling))
+        if len(path) < depth:  # the first child
+            heapq.heappush(heap, (neg * rank_accuracy[0], path + (0,)))
+    return sorted(chosen, key=lambda p: (len(p), p))
+
+
+def static_tree(root_token: int, expand: Expand, shape: list[tuple[int, ...]]) -> DraftTree:
+    """Instantiate a fixed rank shape: node (r1..rd) is the r_d-th most likely child of node
+    (r1..r_{d-1}). One `expand` call per depth, over the nodes that have children."""
+    tree = DraftTree([root_token], [-1], [0.0], [1.0])
+    index: dict[tuple[int, ...], int] = {(): 0}
+    for d in range(1, max((len(p) for p in shape), default=0) + 1):
+        layer = [p for p in shape if len(p) == d]
+        frontier = sorted({index[p[:-1]] for p in layer})
+        values, tokens = expand(tree, frontier, max(p[-1] for p in layer) + 1)
+        for p in layer:
+            row, parent = frontier.index(index[p[:-1]]), index[p[:-1]]
+            lp = float(values[row, p[-1]])
+            tree.tokens.append(int(tokens[row, p[-1]]))
+            tree.parents.append(parent)
+            tree.values.append(tree.values[parent] + lp)
+            tree.confidences.append(math.exp(lp))
+            index[p] = len(tree) - 1
+    return tree
+
+
+def draft_vocabulary(size: int) -> torch.Tensor:
+    """The `size` most frequent tokens of the regenerated training responses, sorted by id.
+    Drafting over them instead of all 49,152 cuts the draft's LM head, which on a CPU is a
+    memory-bound read of 113 MB per draft step, to size/49,152 of that. It is a proposal
+    restriction only: verification still uses the target's full distribution, so nothing is
+    lost but the (rare) drafts outside the subset."""
+    from ..train.regen import load_regen
+    data = load_regen()
+    responses = [ids[p:] for ids, p in data.sequences("train")]
+    counts = torch.bincount(torch.from_numpy(np.concatenate(responses)), minlength=size)
+    return torch.sort(torch.topk(counts.float(), size).indices).values
+
+
+class EagleDraft:
+    """Drafts a tree with an EAGLE head: `static` shape (EAGLE-1) or `dynamic` (EAGLE-2's rule,
+    also EAGLE-3's).
+
+    The head keeps its own KV cache of committed pairs (state_t, x_{t+1}), one per scored
+    context position; the drafted tree's nodes are appended with an ancestor mask and cropped
+    away after the round. Drafts are deterministic top-k children, which verification handles
+    losslessly at any temperature (EAGLE's tree rule). `vocab` (token ids) restricts an
+    EAGLE-1 head's drafts to a subset of the vocabulary (see `draft_vocabulary`); an EAGLE-3
+    head always drafts over its own vocabulary."""
+
+    def __init__(self, head, mode: str = "dynamic", depth: int = 4, top_k: int = 4, total_tokens: int = 16,
+                 shape: list[tuple[int, ...]] | None = None, vocab: torch.Tensor | None = None):
+        if mode not in ("static", "dynamic") or (mode == "static") != (shape is not None):
+            raise LabError("EagleDraft: mode is 'dynamic', or 'static' with a shape (see static_shape)")
+        self.head, self.mode, self.shape = head, mode, shape
+        self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
+        self.feature_layers = head.feature_layers
+        self.cache = head.drafter_state()
+        own = getattr(head, "vocab", None)
+        if own is not None:  # EAGLE-3: its own LM head over its own vocabulary
+            if vocab is not None:
+                raise LabError("an EAGLE-3 head drafts over its own vocabulary: pass no vocab")
+            self.name = "eagle3" if mode == "dynamic" else "eagle3-static"
+            self.vocab, self._logits = own.cpu(), head.logits
+        else:
+            self.name = "eagle1" if mode == "static" else "eagle2"
+            weight = head.body.lm_head.weight
+            self.vocab = None if vocab is None else vocab.cpu()
+            vocab_weight = weight if vocab is None else weight[vocab.to(weight.device)].contiguous()
+            self._logits = lambda states: torch.nn.functional.linear(states, vocab_weight)
+
+    def _logp(self, states: torch.Tensor) -> torch.Tensor:
+        """Draft log-probabilities [n, V'] over the draft vocabulary (column i is token
+        self.vocab[i], or token i without a subset)."""
+        return torch.log_softmax(self._logits(states).float(), -1).cpu()
+
+    def begin(self, prompt: list[int]) -> None:
+        self.cache.reset()
+        self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # (predicted state, log-probs) at the root
+
+    @torch.inference_mode()
+    def commit(self, context: list[int], features: torch.Tensor | None = None) -> None:
+        """Append the pairs of the positions the target has just scored: `features` [m, F]
+        belong to context positions len(context)-1-m .. len(context)-2."""
+        if features is None or len(features) == 0:
+            return
+        start = len(context) - 1 - len(features)
+        self.cache.crop(start)  # drops the last round's tree nodes
+        states = self.head.project(features.to(self.cache.device))
+        root = self.cache.run(states, torch.tensor(context[start + 1:]))[-1]
+        self.root = (root, self._logp(root[None])[0])
+
+    @torch.inference_mode()
+    def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream) -> DraftTree:
+        if self.root is None or k < 1:  # nothing scored yet (a one-token prompt), or no room left
+            return DraftTree([context[-1]], [-1], [0.0], [1.0])
+        base = self.cache.length  # committed pairs; the root's pair is the last of them
+        predicted = {0: self.root[0]}
+        slot: dict[int, int] = {}
+
+        def expand(tree: DraftTree, frontier: list[int], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+            if frontier == [0]:
+                return top_children(self.root[1][None], k, self.vocab)
+            mask = frontier_mask(tree, frontier, slot, base, self.cache.length)
+            depths = tree.depths()
+            positions = torch.tensor([base - 1 + depths[node] for node in frontier])
+            out = self.cache.run(torch.stack([predicted[tree.parents[f]] for f in frontier]),
+                                 torch.tensor([tree.tokens[f] for f in frontier]), mask, positions)
+            for row, node in enumerate(frontier):
+                predicted[node] = out[row]
+            return top_children(self._logp(out), k, self.vocab)
+
+        if self.mode == "static":
+            tree = static_tree(context[-1], expand, [p for p in self.shape if len(p) <= k])
+        else:
+            tree = dynamic_tree(context[-1], expand, min(self.depth, k), self.top_k, self.total_tokens)
+        self.cache.crop(base)
+        return tree

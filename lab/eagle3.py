@@ -1,0 +1,322 @@
+"""EAGLE-3: a draft head that reads the target at three depths and predicts tokens only.
+
+EAGLE-1 (lab/eagle.py) regresses the target's top feature and lets the target's LM head turn
+the guess into tokens. EAGLE-3 drops that constraint: it fuses the hidden states entering
+decoder layers 2, N/2 and N-3 (low, middle, high: the top layer is specialised for the next
+token, the lower ones still describe the context) into one vector g_t with `fc` (3H -> H), and
+its single decoder layer only has to produce a state from which its own small LM head predicts
+the next token well. Its attention input is [norm(embedding of x_{t+1}), norm(state)] (2H); the
+residual carries the state. At draft time the layer's output state stands in for the next g:
+training-time test (lab/train/eagle3.py) trains the head on exactly that situation.
+
+The head drafts over a reduced vocabulary (`vocab`: the most frequent target tokens of its
+training text, sorted by id), so its LM head is a fraction of the target's 49k rows. Module
+names follow the checkpoint layout vLLM and SGLang load (`fc`, `midlayer.*`, `norm`, `lm_head`),
+so `export_head` only adds the config and the vocabulary maps.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from .artifacts import atomic_write
+from .errors import LabError
+from .models import TARGET_NAME
+from .paths import DATA_DIR
+
+HEAD_DIR = DATA_DIR / "eagle"
+
+
+def feature_layers(num_layers: int) -> tuple[int, int, int]:
+    """transformers' hidden_states indices of the low, middle and high taps: the states entering
+    decoder layers 2, N//2 and N-3 (for SmolLM2's 30 layers: 2, 15, 27; a test model of fewer
+    than 5 layers gets the indices clamped into range)."""
+    return (min(2, num_layers), num_layers // 2, max(num_layers - 3, 0))
+
+
+def rope_theta(config) -> float:
+    params = getattr(config, "rope_parameters", None) or {}
+    if params.get("rope_type", "default") != "default":
+        raise LabError(f"the EAGLE-3 head supports plain RoPE only, not {params['rope_type']!r}")
+    return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+
+
+class Eagle3Layer(nn.Module):
+    """The one decoder layer (`midlayer`): attention over [norm(embedding), norm(state)] with
+    the state on the residual, then a SwiGLU MLP. Keys and values are computed here; where
+    they are attended from is the caller's business (a drafting cache, or the unrolled steps
+    of training)."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int, eps: float,
+                 theta: float):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.input_layernorm = nn.RMSNorm(hidden, eps=eps)
+        self.hidden_norm = nn.RMSNorm(hidden, eps=eps)
+        self.self_attn = nn.ModuleDict({
+            "q_proj": nn.Linear(2 * hidden, heads * head_dim, bias=False),
+            "k_proj": nn.Linear(2 * hidden, kv_heads * head_dim, bias=False),
+            "v_proj": nn.Linear(2 * hidden, kv_heads * head_dim, bias=False),
+            "o_proj": nn.Linear(heads * head_dim, hidden, bias=False)})
+        self.post_attention_layernorm = nn.RMSNorm(hidden, eps=eps)
+        self.mlp = nn.ModuleDict({
+            "gate_proj": nn.Linear(hidden, intermediate, bias=False),
+            "up_proj": nn.Linear(hidden, intermediate, bias=False),
+            "down_proj": nn.Linear(intermediate, hidden, bias=False)})
+        self.register_buffer("inv_freq", 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim),
+                             persistent=False)
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x [..., heads, n, d] rotated by absolute `positions` [..., n] (the target's RoPE)."""
+        angles = positions[..., None].float() * self.inv_freq
+        cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+        cos, sin = cos.unsqueeze(-3).to(x.dtype), sin.unsqueeze(-3).to(x.dtype)
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * cos + rotated * sin
+
+    def qkv(self, state: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor):
+        """state, embeds [..., n, H], positions [..., n] -> q [..., heads, n, d], k and v
+        [..., heads, n, d] (grouped key/value heads already repeated)."""
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(state)], -1)
+        split = lambda t, h: t.unflatten(-1, (h, self.head_dim)).transpose(-2, -3)  # noqa: E731
+        q = self._rope(split(self.self_attn["q_proj"](x), self.heads), positions)
+        k = self._rope(split(self.self_attn["k_proj"](x), self.kv_heads), positions)
+        v = split(self.self_attn["v_proj"](x), self.kv_heads)
+        group = self.heads // self.kv_heads
+        return q, k.repeat_interleave(group, -3), v.repeat_interleave(group, -3)
+
+    def finish(self, state: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """attended [..., heads, n, d] -> the layer's output state [..., n, H]."""
+        h = state + self.self_attn["o_proj"](attended.transpose(-2, -3).flatten(-2))
+        x = self.post_attention_layernorm(h)
+        return h + self.mlp["down_proj"](F.silu(self.mlp["gate_proj"](x)) * self.mlp["up_proj"](x))
+
+
+class Eagle3Head(nn.Module):
+    """fc (3H -> H, no bias), `midlayer`, a final `norm` and `lm_head` over the draft
+    vocabulary. The target's token embedding is shared (the same tensor) and frozen; the
+    buffer `vocab` holds the target id of each draft-vocabulary column."""
+    variant = "eagle3"
+
+    def __init__(self, target, vocab: torch.Tensor):
+        super().__init__()
+        cfg = target.config
+        hidden = cfg.hidden_size
+        head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
+        self.config = cfg
+        self.feature_layers = feature_layers(cfg.num_hidden_layers)
+        self.embed_tokens = target.model.embed_tokens
+        self.fc = nn.Linear(3 * hidden, hidden, bias=False)
+        self.midlayer = Eagle3Layer(hidden, cfg.num_attention_heads, cfg.num_key_value_heads, head_dim,
+                                    cfg.intermediate_size, cfg.rms_norm_eps, rope_theta(cfg))
+        self.norm = nn.RMSNorm(hidden, eps=cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(hidden, len(vocab), bias=False)
+        vocab = torch.as_tensor(vocab, dtype=torch.long)
+        if len(vocab) == 0 or bool((vocab[1:] <= vocab[:-1]).any()) or int(vocab.max()) >= cfg.vocab_size:
+            raise LabError("an EAGLE-3 draft vocabulary must be sorted, distinct target token ids")
+        self.register_buffer("vocab", vocab)
+        self.to(target.dtype)
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's concatenated taps [..., 3H] -> the layer's input state g [..., H]."""
+        return self.fc(features)
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """Output states [..., H] -> logits over the draft vocabulary [..., V']."""
+        return self.lm_head(self.norm(states))
+
+    def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, steps: int) -> list[torch.Tensor]:
+        """Training-time test, all steps in one pass. features [B, T, 3H] at positions 0..T-1;
+        tokens [B, T] where tokens[:, t] = x_{t+1}; pad [B, T] True on real positions.
+
+        Index t of step s is the s-th draft of a chain rooted at the true pair
+        (g_t, x_{t+1}): its state input is step s-1's output at t (for s = 0, the fused true
+        features), its token is the true x_{t+1+s} (the drafts before it were accepted), its
+        position t+s. It attends to the true pairs 0..t (step 0's keys) and to its own chain's
+        entries of steps 1..s: the diagonal. Returns each step's output states [B, T, H];
+        those of step s predict x_{t+2+s}."""
+        b, t = tokens.shape
+        index = torch.arange(t)
+        causal = (index[:, None] >= index[None, :]) & pad[:, None, None, :].bool()  # [B, 1, T, T]
+        state = self.project(features)
+        q, k0, v0 = self.midlayer.qkv(state, self.embed_tokens(tokens), index.expand(b, t))
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        outs, diag_k, diag_v = [], [], []
+        for s in range(steps):
+            if s:
+                shifted = torch.cat([tokens[:, s:], tokens.new_zeros(b, s)], 1)
+                q, k, v = self.midlayer.qkv(state, self.embed_tokens(shifted), (index + s).expand(b, t))
+                diag_k.append(k)
+                diag_v.append(v)
+            scores = (q @ k0.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))  # [B, h, T, T]
+            diag = [((q * dk).sum(-1) * scale)[..., None] for dk in diag_k]                    # [B, h, T, 1] each
+            weights = torch.softmax(torch.cat([scores, *diag], -1).float(), -1).to(q.dtype)
+            attended = weights[..., :t] @ v0
+            for r, dv in enumerate(diag_v):
+                attended = attended + weights[..., t + r, None] * dv
+            state = self.midlayer.finish(state, attended)
+            outs.append(state)
+        return outs
+
+    def forward(self, features: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, steps: int) -> list[torch.Tensor]:
+        return self.unrolled(features, tokens, pad, steps)  # what DistributedDataParallel calls
+
+    def own_state(self) -> dict[str, torch.Tensor]:
+        """The tensors the head owns (not the shared embedding)."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("embed_tokens")}
+
+    def drafter_state(self) -> "Eagle3Cache":
+        return Eagle3Cache(self)
+
+
+class Eagle3Cache:
+    """The head's keys and values for one sequence while drafting: committed true pairs first,
+    then the tree nodes fed in the current round (cropped away after it)."""
+
+    def __init__(self, head: Eagle3Head):
+        self.head = head
+        self.device = head.fc.weight.device
+        self.reset()
+
+    def reset(self) -> None:
+        self.keys = self.values = None
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        if length < self.length:
+            self.keys, self.values = self.keys[..., :length, :], self.values[..., :length, :]
+            self.length = length
+
+    @torch.inference_mode()
+    def run(self, states: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None,
+            positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed n pairs (state [n, H], token [n]) after the cache. mask: bool [n, length + n]
+        (True = may attend), default causal; positions [n], default length.. . Returns the
+        output states [n, H]."""
+        n = len(tokens)
+        positions = torch.arange(self.length, self.length + n) if positions is None else positions
+        q, k, v = self.head.midlayer.qkv(states, self.head.embed_tokens(tokens.to(self.device)),
+                                         positions.to(self.device))
+        self.keys = k if self.keys is None else torch.cat([self.keys, k], -2)
+        self.values = v if self.values is None else torch.cat([self.values, v], -2)
+        if mask is None:
+            mask = torch.ones(n, self.length + n, dtype=torch.bool).tril(self.length)
+        self.length += n
+        attended = F.scaled_dot_product_attention(q, self.keys, self.values, attn_mask=mask.to(self.device))
+        return self.head.midlayer.finish(states, attended)
+
+
+# ---- files: the lab's own (fp16, with metadata) and the serving engines' layout ------------
+
+def head_path(name: str = "eagle3") -> Path:
+    return HEAD_DIR / f"{name}.safetensors"
+
+
+def _metadata(head: Eagle3Head) -> dict[str, str]:
+    return {"variant": "eagle3", "target": TARGET_NAME, "hidden_size": str(head.config.hidden_size),
+            "vocab_size": str(head.config.vocab_size), "draft_vocab_size": str(len(head.vocab))}
+
+
+def save_head(head: Eagle3Head, path: Path) -> None:
+    """fp16 safetensors of the head's own tensors (the vocabulary as int64), with metadata
+    that a load checks against the target."""
+    state = {k: (v if k == "vocab" else v.detach().half()).contiguous() for k, v in head.own_state().items()}
+    atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=_metadata(head)))
+
+
+def load_head(target, name: str = "eagle3", path: Path | None = None) -> Eagle3Head:
+    """A trained EAGLE-3 head (default: the shipped data/eagle/<name>.safetensors) tied to `target`."""
+    path = path or head_path(name)
+    if not path.exists():
+        raise LabError(f"no EAGLE-3 head at {path}: run `python -m lab train eagle3 --name {name}`")
+    with safe_open(str(path), "pt") as f:
+        meta, state = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
+    if "vocab" not in state:
+        raise LabError(f"{path} is not an EAGLE-3 head (no draft vocabulary): load it with lab.eagle.load_head")
+    head = Eagle3Head(target, state["vocab"])
+    if meta != _metadata(head) or set(state) != set(head.own_state()):
+        raise LabError(f"{path} was trained for another target or head shape ({meta or 'no metadata'}): "
+                       f"retrain it with `python -m lab train eagle3 --name {name}`")
+    head.load_state_dict({k: v if k == "vocab" else v.to(target.dtype) for k, v in state.items()}, strict=False)
+    return head.eval()
+
+
+def head_manifest(name: str = "eagle3") -> dict:
+    path = head_path(name).with_suffix(".json")
+    if not path.exists():
+        raise LabError(f"no manifest at {path}: run `python -m lab train eagle3 --name {name}`")
+    return json.loads(path.read_text())
+
+
+EXPORT_KEYS = ("fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
+               *(f"midlayer.{n}.weight" for n in (
+                   "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+                   "input_layernorm", "hidden_norm", "post_attention_layernorm")))
+CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                 "rms_norm_eps", "vocab_size", "max_position_embeddings", "hidden_act", "bos_token_id",
+                 "eos_token_id", "tie_word_embeddings", "rope_parameters")
+
+
+def export_head(head: Eagle3Head, out: Path, dtype: torch.dtype = torch.float16) -> Path:
+    """Write the head as an EAGLE-3 Llama draft checkpoint of the kind vLLM and SGLang load:
+    config.json (`LlamaForCausalLMEagle3`, one layer, `draft_vocab_size`, the target's Llama
+    fields) and model.safetensors with the layer under `midlayer.`, `d2t` (draft id i ->
+    target id i + d2t[i], an offset) and `t2d` (a boolean mask over the target vocabulary)."""
+    cfg = head.config
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+              "draft_vocab_size": len(head.vocab), "target_hidden_size": cfg.hidden_size,
+              "torch_dtype": str(dtype).removeprefix("torch."),
+              **{k: getattr(cfg, k) for k in CONFIG_FIELDS if getattr(cfg, k, None) is not None}}
+    vocab = head.vocab.cpu()
+    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in head.own_state().items() if k != "vocab"}
+    tensors["d2t"] = vocab - torch.arange(len(vocab))
+    tensors["t2d"] = torch.zeros(cfg.vocab_size, dtype=torch.bool).index_fill_(0, vocab, True)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "model.safetensors", lambda tmp: save_file(tensors, str(tmp)))
+    atomic_write(out / "config.json", lambda tmp: tmp.write_text(json.dumps(config, indent=2) + "\n"))
+    return out
+
+
+def import_head(target, folder: Path) -> Eagle3Head:
+    """Load an EAGLE-3 Llama draft in the serving layout (`export_head`'s, or a published one
+    for this target); one line names the first missing file, field or tensor."""
+    folder = Path(folder)
+    for name in ("config.json", "model.safetensors"):
+        if not (folder / name).exists():
+            raise LabError(f"{folder} is not an EAGLE-3 draft checkpoint: {name} is missing")
+    config = json.loads((folder / "config.json").read_text())
+    for field in ("architectures", "num_hidden_layers", "draft_vocab_size", "hidden_size"):
+        if field not in config:
+            raise LabError(f"{folder}/config.json has no {field!r} field: not an EAGLE-3 draft config")
+    if "LlamaForCausalLMEagle3" not in config["architectures"] or config["num_hidden_layers"] != 1:
+        raise LabError(f"{folder} holds {config['architectures']} with {config['num_hidden_layers']} layers, "
+                       "not a one-layer LlamaForCausalLMEagle3")
+    if config["hidden_size"] != target.config.hidden_size:
+        raise LabError(f"{folder} is a draft for hidden size {config['hidden_size']}, the target has "
+                       f"{target.config.hidden_size}")
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+        missing = [k for k in EXPORT_KEYS if k not in names and k != "t2d"]  # t2d follows from d2t
+        if missing:
+            raise LabError(f"{folder}/model.safetensors has no tensor {missing[0]!r}")
+        state = {k: f.get_tensor(k) for k in EXPORT_KEYS if k in names}
+    d2t = state.pop("d2t").long()
+    state.pop("t2d", None)
+    if len(d2t) != config["draft_vocab_size"]:
+        raise LabError(f"{folder}: d2t has {len(d2t)} entries, draft_vocab_size says {config['draft_vocab_size']}")
+    head = Eagle3Head(target, d2t + torch.arange(len(d2t)))
+    expected = head.own_state()
+    for k, v in state.items():
+        if v.shape != expected[k].shape:
+            raise LabError(f"{folder}: {k} has shape {tuple(v.shape)}, this target needs {tuple(expected[k].shape)}")
+    head.load_state_dict({k: v.to(target.dtype) for k, v in state.items()}, strict=False)
+    return head.eval()

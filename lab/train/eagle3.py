@@ -1,0 +1,356 @@
+"""`python -m lab train eagle3`: an EAGLE-3 head trained with training-time test.
+
+1. Features: the target's hidden states entering layers 2, 15 and 27 (the head's input) and its
+   top feature (whose LM head gives the target's distribution, the label) at every position,
+   cached in fp16 by `target_features` (about 4.6 KB per position; the size and folder are
+   printed, and a short disk fails before the first chunk).
+2. Training-time test: `Eagle3Head.unrolled` runs S draft steps (default 7) over every position
+   at once; step s feeds the head's own output state of step s-1 and is scored against the
+   target's distribution of token t+2+s restricted to the draft vocabulary (renormalised),
+   where that token is a response token and the target's argmax lies inside the vocabulary.
+   Loss = sum over steps of 0.8^s x the step's mean soft cross-entropy. AdamW (0.9, 0.95),
+   gradient clipping 0.5, warm-up then cosine over the budget, checkpoints, `--resume`.
+3. Evaluation on the held-out prompts: top-1 agreement with the target's greedy token at draft
+   depth 1..6 (the same positions as the EAGLE-1 head's figures), chain acceptance (depths 1..d
+   all right) and n-alpha (depth n right given the earlier ones were).
+
+Under `torchrun --nproc_per_node N` the same command trains with DistributedDataParallel (gloo
+on a CPU, NCCL on a GPU): every rank draws the same global batch and computes its own share of
+it, reading only those sequences' features; the loss is normalised by the global position
+counts, so N processes take the steps one process would with the same global batch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..artifacts import command_line, git_commit, machine, repo_path, write_json
+from ..eagle3 import Eagle3Head, feature_layers, head_path, load_head, save_head
+from ..errors import LabError
+from ..models import load_target
+from ..paths import CACHE_DIR
+from .checkpoint import Checkpoint
+from .distill import set_lr
+from .eagle import EVAL_DEPTHS, MAX_LEN, FeatureSet, target_features
+from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, unique_heldout
+
+STEPS = 7
+STEP_DECAY = 0.8
+DRAFT_VOCAB = 16384
+
+
+def taps(target) -> tuple[int, ...]:
+    """The cached layers: the head's three inputs, then the top feature (the label's source)."""
+    return (*feature_layers(target.config.num_hidden_layers), target.config.num_hidden_layers)
+
+
+def training_vocabulary(sources: list[RegenSet], size: int) -> torch.Tensor:
+    """The `size` most frequent target tokens among the training responses (ties to the lower
+    id), sorted by id: the head's draft vocabulary."""
+    counts = np.zeros(65536, np.int64)
+    for data in sources:
+        for ids, prompt_len in data.sequences("train"):
+            counts += np.bincount(ids[prompt_len:], minlength=65536)
+    order = np.argsort(-counts, kind="stable")[:size]
+    return torch.from_numpy(np.sort(order)).long()
+
+
+def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int):
+    """(ids, cached taps [L, 4H], prompt length) -> input features [B, T, 3H], tokens [B, T]
+    (tokens[:, t] = x_{t+1}), the top feature at t+1 [B, T, H], padding [B, T] and the first
+    index whose step-0 prediction (x_{t+2}) is a response token [B]. T = pairs = L - 1."""
+    rows = []
+    for ids, feats, prompt_len in items:
+        cut = max(0, len(ids) - MAX_LEN)
+        rows.append((ids[cut:], feats[cut:], max(prompt_len - cut, 2)))
+    width = max(len(ids) for ids, _, _ in rows) - 1
+    b = len(rows)
+    features = torch.zeros(b, width, 3 * hidden)
+    top = torch.zeros(b, width, hidden)
+    tokens = torch.zeros(b, width, dtype=torch.long)
+    pad = torch.zeros(b, width, dtype=torch.bool)
+    start = torch.zeros(b, dtype=torch.long)
+    for r, (ids, feats, prompt_len) in enumerate(rows):
+        f = torch.from_numpy(np.asarray(feats, dtype=np.float32))
+        p = len(ids) - 1
+        features[r, :p], top[r, :p] = f[:-1, : 3 * hidden], f[1:, 3 * hidden:]
+        tokens[r, :p], pad[r, :p], start[r] = torch.from_numpy(ids[1:]), True, prompt_len - 2
+    return features, tokens, top, pad, start
+
+
+def step_positions(pad: torch.Tensor, start: torch.Tensor, s: int) -> torch.Tensor:
+    """bool [B, T]: indices t whose step-s draft (token x_{t+2+s}) is scored: the token is a
+    response token and the target's distribution for it is in the batch."""
+    index = torch.arange(pad.shape[1])
+    lengths = pad.sum(1, keepdim=True)
+    return (index + s < lengths) & (index + s >= start[:, None])
+
+
+def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = STEPS, model=None,
+             world: int = 1) -> tuple[torch.Tensor, list[float], list[float]]:
+    """(loss, per-step soft cross-entropy, per-step top-1 agreement with the target's argmax).
+    `target_head` is the target's LM head weight [V, H]; `model` is what to call (the head or
+    its DistributedDataParallel wrapper); with `world` > 1 the per-step position counts are
+    summed over ranks, so every rank's loss is its share of the global mean."""
+    features, tokens, top, pad, start = batch
+    with torch.no_grad():
+        full = F.linear(top, target_head)                            # [B, T, V] the target's logits
+        in_vocab = torch.isin(full.argmax(-1), head.vocab)
+        p_target = torch.softmax(full[..., head.vocab].float(), -1)  # restricted and renormalised
+        argmax_draft = torch.searchsorted(head.vocab, full.argmax(-1)).clamp(max=len(head.vocab) - 1)
+        del full
+    outs = (model or head)(features, tokens, pad, steps)
+    scored = []
+    for s in range(steps):
+        keep = step_positions(pad, start, s)
+        keep[:, : keep.shape[1] - s] &= in_vocab[:, s:]
+        keep[:, keep.shape[1] - s:] = False
+        scored.append(keep)
+    counts = torch.tensor([float(k.sum()) for k in scored])
+    if world > 1:
+        dist.all_reduce(counts)
+    loss, ces, hits = outs[0].sum() * 0.0, [], []  # zero, but part of the graph even if nothing is scored
+    for s, keep in enumerate(scored):
+        if not keep.any():
+            ces.append(float("nan"))
+            hits.append(float("nan"))
+            continue
+        shifted = torch.zeros_like(keep)
+        shifted[:, s:] = keep[:, : keep.shape[1] - s]  # the label of index t at step s sits at t+s
+        logp = torch.log_softmax(head.logits(outs[s][keep]).float(), -1)
+        ce = -(p_target[shifted] * logp).sum(-1)
+        loss = loss + STEP_DECAY ** s * ce.sum() / counts[s].clamp(min=1) * world
+        ces.append(float(ce.mean().detach()))
+        hits.append(float((logp.argmax(-1) == argmax_draft[shifted]).float().mean()))
+    return loss, ces, hits
+
+
+def ttt_attention_mask(positions: int, steps: int) -> torch.Tensor:
+    """bool [steps*T, steps*T]: what `Eagle3Head.unrolled` lets each (step, index) attend to,
+    as one explicit mask over all steps' keys (rows and columns ordered step by step). Row
+    (s, t) sees step 0's keys 0..t (the true context) and (r, t) for r = 1..s (its own
+    chain). Notebook 06 draws it; a test checks the unrolled forward computes exactly this."""
+    n = steps * positions
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    index = torch.arange(positions)
+    for s in range(steps):
+        rows = s * positions + index
+        mask[rows, :positions] = index[:, None] >= index[None, :]
+        for r in range(1, s + 1):
+            mask[rows, r * positions + index] = True
+    return mask
+
+
+# ---- evaluation ---------------------------------------------------------------------------
+
+@torch.no_grad()
+def evaluate_eagle3(head: Eagle3Head, data: RegenSet, feats: FeatureSet, indices: list[int],
+                    depths: int = EVAL_DEPTHS, ranks: int = 10) -> dict:
+    """Held-out top-1 agreement with the target's greedy token (the regenerated response's next
+    token) at draft depth 1..`depths`, on the positions EAGLE-1's `evaluate_head` scores; chain
+    acceptance P(depths 1..d all right) over chains whose d-th token is a response token; and
+    n-alpha = chain(d) / chain(d-1), EAGLE's acceptance at depth d given the earlier drafts; and
+    the depth-1 accuracy of each rank (for EAGLE-1's static tree shape)."""
+    hidden = head.config.hidden_size
+    hits, count, rank_hits = np.zeros(depths), np.zeros(depths), np.zeros(ranks)
+    chain_hits, chain_count = np.zeros(depths), np.zeros(depths)
+    for i in indices:
+        ids = data.ids(i)
+        features, tokens, _, pad, start = make_batch([(ids, feats[i], int(data.prompt_lens[i]))], hidden)
+        outs = head(features, tokens, pad, depths)
+        n = pad.shape[1]
+        right = torch.zeros(depths, n, dtype=torch.bool)  # right[s, t]: the chain from t is right at step s
+        valid = torch.zeros(depths, n, dtype=torch.bool)
+        for s in range(depths):
+            keep = step_positions(pad, start, s)[0]
+            logits = head.logits(outs[s][0])
+            draft = head.vocab[logits.argmax(-1)]
+            truth = torch.from_numpy(ids).long()[torch.clamp(torch.arange(n) + s + 2, max=len(ids) - 1)]
+            ok = keep & (torch.arange(n) + s + 2 < len(ids))
+            if s == 0:
+                top = head.vocab[torch.topk(logits[ok], ranks, dim=-1).indices]
+                rank_hits += (top == truth[ok][:, None]).sum(0).numpy()
+            right[s], valid[s] = (draft == truth) & ok, ok
+            hits[s] += int(right[s].sum())
+            count[s] += int(ok.sum())
+            chain_ok = valid[: s + 1].all(0)  # chains whose every step drafts a response token
+            chain_hits[s] += int((right[: s + 1].all(0) & chain_ok).sum())
+            chain_count[s] += int(chain_ok.sum())
+    count, chain_count = np.maximum(count, 1), np.maximum(chain_count, 1)
+    chain = chain_hits / chain_count
+    return {"heldout_top1_agreement_by_depth": [round(float(x), 4) for x in hits / count],
+            "heldout_chain_acceptance_by_depth": [round(float(x), 4) for x in chain],
+            "heldout_n_alpha": [round(float(chain[0]), 4)] + [
+                round(float(chain[d] / chain[d - 1]), 4) if chain[d - 1] > 0 else None for d in range(1, depths)],
+            "heldout_positions": int(count[0]),
+            "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]]}
+
+
+def heldout_report(head: Eagle3Head, data: RegenSet, feats: FeatureSet, heldout: list[int]) -> dict:
+    """`evaluate_eagle3` on the held-out prompts, and on those ShareGPT holds only once."""
+    unique = sorted(set(unique_heldout(data)) & set(heldout))
+    report = evaluate_eagle3(head, data, feats, heldout)
+    report["heldout_unique_prompts"] = {"prompts": len(unique), **({
+        k: v for k, v in evaluate_eagle3(head, data, feats, unique).items() if k != "rank_accuracy"} if unique else {})}
+    return report
+
+
+# ---- training -----------------------------------------------------------------------------
+
+def _distributed() -> tuple[int, int]:
+    """(rank, world size); joins the process group when launched by torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return (dist.get_rank(), world) if world > 1 else (0, 1)
+
+
+def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: float = 1e-3, seed: int = 0,
+                 vocab_size: int = DRAFT_VOCAB, replies: int = 0, reply_feature_dtype: str = "float32",
+                 init: Path | None = None, resume: bool = False, out: Path | None = None, target=None,
+                 data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
+                 data_fraction: float = 1.0, progress: bool = True) -> Path:
+    """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
+    cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
+    data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
+    replies as in `train eagle1`; `data_fraction` trains on the first fraction of the training
+    sequences (the data-scaling runs); `init` continues a trained head (same vocabulary)."""
+    commit = git_commit()
+    rank, world = _distributed()
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    target = target if target is not None else load_target()
+    for param in target.parameters():
+        param.requires_grad_(False)
+    data = data if data is not None else load_regen()
+    layers = taps(target)
+    extract_seconds = time.perf_counter()
+    sources = [data] + ([sharegpt_replies(replies)] if replies else [])
+    feature_sets = []
+    for s, source in enumerate(sources):
+        if rank and world > 1:
+            dist.barrier()  # rank 0 builds each cache first; the others then read it
+        model = target if s == 0 or reply_feature_dtype == "float32" else load_target(reply_feature_dtype)
+        feature_sets.append(target_features(model, source, layers, progress=progress and rank == 0))
+        if not rank and world > 1:
+            dist.barrier()
+    extract_seconds = time.perf_counter() - extract_seconds
+    if init is not None:
+        head = load_head(target, path=init)
+    else:
+        head = Eagle3Head(target, training_vocabulary(sources, vocab_size))
+    init_record = None if init is None else {
+        "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
+        if init.with_suffix(".json").exists() else None}
+    train = [(s, i, int(d.prompt_lens[i])) for s, d in enumerate(sources) for i in range(len(d.split)) if d.split[i] == 1]
+    train = train[: max(1, round(len(train) * data_fraction))] if data_fraction < 1 else train
+    heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:eval_prompts]
+    params = [p for p in head.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    model = torch.nn.parallel.DistributedDataParallel(head) if world > 1 else head
+    out = out or head_path()
+    shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps,
+             "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
+             "data_fraction": data_fraction, "init": None if init is None else repo_path(init), "world": world}
+    ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
+    state = ckpt.resume(head, optim, rng) if resume else None
+    step, spent, history = (state["step"], state["spent"], state["history"]) if state else (0, 0.0, [])
+    budget = minutes * 60
+    hidden = target.config.hidden_size
+    target_head = target.lm_head.weight.detach().float()
+    head.train()
+    bar = tqdm(total=max_steps or round(budget), initial=step if max_steps else round(spent), desc="train eagle3",
+               unit="step" if max_steps else "s", disable=not progress or rank != 0)
+    while (step < max_steps) if max_steps else (spent < budget):
+        t0 = time.perf_counter()
+        # a step-based schedule when the step count is fixed, so that runs are reproducible
+        set_lr(optim, lr, step, *((step, max_steps) if max_steps else (spent, budget)), warmup=50)
+        picked = rng.sample(train, min(batch, len(train)))[rank::world]
+        items = [(sources[s].ids(i), feature_sets[s][i], p) for s, i, p in picked]
+        loss, ces, hits = ttt_loss(head, make_batch(items, hidden), target_head, steps, model, world)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        optim.step()
+        step += 1
+        elapsed = torch.tensor([time.perf_counter() - t0])
+        if world > 1:  # every rank must agree on the schedule and on when to stop
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        spent += float(elapsed)
+        history.append([round(x, 4) for x in ces + hits])
+        recent = np.nanmean(np.array(history[-20:], dtype=float), axis=0)
+        bar.n = step if max_steps else round(spent)
+        bar.set_postfix(step=step, ce0=f"{recent[0]:.2f}", ce_last=f"{recent[steps - 1]:.2f}",
+                        acc0=f"{recent[steps]:.2f}", acc_last=f"{recent[-1]:.2f}")
+        if rank == 0:
+            ckpt.save_if_due(head.own_state, optim, rng, {"step": step, "spent": spent, "history": history})
+    bar.close()
+    head.eval()
+    if rank == 0:
+        save_head(head, out)
+        settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,
+                    "data_fraction": data_fraction, "world": world, "reply_feature_dtype": reply_feature_dtype}
+        write_json(out.with_suffix(".json"), _manifest(head, out, commit, data, sources, feature_sets, train, heldout,
+                                                       init_record, extract_seconds, history, step, spent, settings))
+        ckpt.finish()
+    if world > 1:
+        dist.barrier()
+    return out
+
+
+def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources: list[RegenSet],
+              feature_sets: list[FeatureSet], train: list, heldout: list[int], init_record: dict | None,
+              extract_seconds: float, history: list, step: int, spent: float, settings: dict) -> dict:
+    steps, max_steps = settings["steps"], settings["max_steps"]
+    regen_manifest = REGEN_DIR / "manifest.json"
+    regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
+    response_tokens = sum(len(sources[s].ids(i)) - p for s, i, p in train)
+    heldout_tokens = np.concatenate([data.ids(i)[int(data.prompt_lens[i]):] for i in heldout]) if heldout else []
+    first = np.nanmean(np.array(history[:20], dtype=float), axis=0)
+    last = np.nanmean(np.array(history[-20:], dtype=float), axis=0)
+    return {
+        "artifact": repo_path(out), "command": command_line(), "commit": commit, "machine": machine(),
+        "variant": "eagle3", "feature_layers": list(head.feature_layers),
+        "architecture": "fc (3H -> H, no bias) over the states entering layers 2, N/2, N-3; one decoder layer on "
+                        "[norm(token embedding), norm(state)] with the state on the residual; final norm; own LM "
+                        "head over the draft vocabulary; the target's embedding shared and frozen; stored in fp16",
+        "draft_vocab": {"size": len(head.vocab), "source": "most frequent tokens of the training responses",
+                        "heldout_response_coverage": round(float(np.isin(heldout_tokens, head.vocab.numpy()).mean()), 4)
+                        if len(heldout_tokens) else None},
+        "objective": {"training_time_test_steps": steps, "step_weight": f"{STEP_DECAY}^s",
+                      "loss": "soft cross-entropy against the target's distribution restricted to the draft "
+                              "vocabulary (renormalised), masked where the target's argmax is outside it",
+                      "feature_regression": None},
+        "data": {"file": regen.get("artifact"), "train_sequences": len(train), "train_response_tokens": response_tokens,
+                 "data_fraction": settings["data_fraction"],
+                 "sharegpt_reply_sequences": len(sources[1].split) if len(sources) > 1 else 0,
+                 "sharegpt_reply_feature_dtype": settings["reply_feature_dtype"] if len(sources) > 1 else None,
+                 "heldout_prompts_evaluated": len(heldout)},
+        "feature_cache": [{"folder": repo_path(f.folder) if f.folder else None,
+                           "gigabytes": round(sum(c.nbytes for c in f.chunks) / 1e9, 2),
+                           "compute_seconds_recorded": round(f.compute_seconds, 1), "untimed_chunks": f.untimed_chunks}
+                          for f in feature_sets],
+        "init": init_record,
+        "optimiser": {"name": "AdamW", "lr": settings["lr"], "betas": [0.9, 0.95],
+                      "global_batch_sequences": settings["batch"], "max_len": MAX_LEN, "grad_clip": 0.5,
+                      "processes": settings["world"],
+                      "schedule": f"50-step warm-up, cosine over the {'steps' if max_steps else 'wall-clock budget'}"},
+        "budget": {"feature_seconds_this_run": round(extract_seconds, 1), "train_wall_seconds": round(spent, 1),
+                   "requested_minutes": None if max_steps else settings["minutes"]},
+        "cpu_budget_minutes": round(spent / 60, 2), "steps": step, "max_steps": max_steps,
+        "loss_first_20": {"ce_by_step": [round(float(x), 4) for x in first[:steps]],
+                          "top1_by_step": [round(float(x), 4) for x in first[steps:]]},
+        "loss_last_20": {"ce_by_step": [round(float(x), 4) for x in last[:steps]],
+                         "top1_by_step": [round(float(x), 4) for x in last[steps:]]},
+        **heldout_report(head, data, feature_sets[0], heldout),
+    }
+

@@ -1,0 +1,288 @@
+"""EAGLE-3: the unrolled training-time test equals drafting step by step, drafts stay inside the
+draft vocabulary, drafting equals AR at temperature 0 and is lossless at temperature 1, the
+serving-engine layout round-trips, training lowers the loss and resumes, and two processes
+train what one process trains."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from lab.decode import decode
+from lab.drafters import EagleDraft, NoDraft
+from lab.eagle3 import Eagle3Head, export_head, feature_layers, import_head, load_head
+from lab.engine import Engine
+from lab.errors import LabError
+from lab.sampling import RandomStream, Sampling
+from lab.simulate import simulate_tree
+from lab.train.eagle3 import make_batch, train_eagle3, ttt_loss, ttt_attention_mask
+from test_eagle import prompts, small_set
+from test_verify import chi2_pvalue
+from test_verify_tree import no_renormalisation
+
+GREEDY = Sampling()
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Feature caches and checkpoints of these small runs go to a temporary folder."""
+    import lab.train.eagle as features
+    import lab.train.eagle3 as module
+    monkeypatch.setattr(features, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(module, "CACHE_DIR", tmp_path)
+
+
+def random_head(tiny, every: int = 7, seed: int = 0) -> Eagle3Head:
+    """An untrained head with weights large enough that its drafts vary."""
+    torch.manual_seed(seed)
+    head = Eagle3Head(tiny, torch.arange(0, tiny.config.vocab_size, every))
+    with torch.no_grad():
+        for name, p in head.own_state().items():
+            if name.endswith("proj.weight") or name in ("fc.weight", "lm_head.weight"):
+                head.get_parameter(name).normal_(0, 0.2)
+    return head.eval()
+
+
+def test_feature_layers_are_the_states_entering_layers_2_middle_and_n_minus_3():
+    assert feature_layers(30) == (2, 15, 27)
+    assert feature_layers(32) == (2, 16, 29)
+
+
+def test_unrolled_steps_equal_drafting_one_step_at_a_time(tiny):
+    """Step s at index t of the one-pass unrolled forward is the s-th draft of the chain rooted
+    at true pair t: feeding the true pairs 0..t, then the head's own states one by one through
+    the drafting cache (positions t+1, t+2, ...) gives the same states."""
+    head = random_head(tiny)
+    t_len, steps, h = 10, 4, tiny.config.hidden_size
+    features = torch.randn(1, t_len, 3 * h)
+    tokens = torch.randint(0, tiny.config.vocab_size, (1, t_len))
+    with torch.no_grad():
+        outs = head(features, tokens, torch.ones(1, t_len, dtype=torch.bool), steps)
+    for t in range(t_len):
+        cache = head.drafter_state()
+        state = cache.run(head.project(features[0, : t + 1]), tokens[0, : t + 1])[-1:]
+        torch.testing.assert_close(state[0], outs[0][0, t], rtol=1e-4, atol=1e-4)
+        for s in range(1, min(steps, t_len - t)):
+            state = cache.run(state, tokens[0, t + s: t + s + 1])
+            torch.testing.assert_close(state[0], outs[s][0, t], rtol=1e-4, atol=1e-4)
+
+
+def test_the_drawn_attention_mask_is_what_the_unrolled_forward_computes(tiny):
+    """Attention with the explicit mask of `ttt_attention_mask` over all steps' keys (the
+    picture in notebook 06) gives the unrolled forward's states; a mask without the diagonal
+    entries does not."""
+    head = random_head(tiny, seed=1)
+    t_len, steps, h = 6, 3, tiny.config.hidden_size
+    features, tokens = torch.randn(1, t_len, 3 * h), torch.randint(0, 1000, (1, t_len))
+    mask = ttt_attention_mask(t_len, steps)
+    with torch.no_grad():
+        outs = head(features, tokens, torch.ones(1, t_len, dtype=torch.bool), steps)
+
+        def explicit(mask):
+            cache = head.drafter_state()
+            state = head.project(features[0])
+            for s in range(steps):
+                rows = slice(s * t_len, (s + 1) * t_len)
+                shifted = torch.cat([tokens[0, s:], tokens.new_zeros(s)])
+                state = cache.run(state, shifted, mask[rows, : (s + 1) * t_len], torch.arange(t_len) + s)
+            return state
+        torch.testing.assert_close(explicit(mask), outs[-1][0], rtol=1e-4, atol=1e-4)
+        broken = mask.clone()
+        broken[t_len:, t_len:] = False  # later steps would not see their own chain
+        broken[torch.arange(steps * t_len), torch.arange(steps * t_len)] = True
+        assert not torch.allclose(explicit(broken), outs[-1][0], rtol=1e-3, atol=1e-3)
+
+
+def test_drafts_stay_inside_the_draft_vocabulary(tiny, tokenizer):
+    head = random_head(tiny, every=5)
+    drafter = EagleDraft(head, "dynamic", 3, 4, 12)
+    allowed = set(head.vocab.tolist())
+    out = decode(Engine(tiny), drafter, prompts(tokenizer, 1)[0], 20, GREEDY, 3, 0, None)
+    assert out.cycles > 0
+    context = prompts(tokenizer, 1)[0]
+    drafter.begin(context)
+    scored = Engine(tiny).forward(context[:-1], hidden_layers=head.feature_layers, last_only=True)
+    drafter.commit(context, torch.cat([scored.hidden[layer] for layer in head.feature_layers], -1))
+    tree = drafter.propose(context, 3, GREEDY, RandomStream(0))
+    assert len(tree) > 1 and set(tree.tokens[1:]) <= allowed
+    with pytest.raises(LabError, match="own vocabulary"):
+        EagleDraft(head, "dynamic", vocab=torch.arange(10))
+
+
+def test_eagle3_equals_ar_tiny(tiny, tokenizer):
+    head = random_head(tiny)
+    target = Engine(tiny)
+    for prompt in prompts(tokenizer, 4):
+        ar = decode(target, NoDraft(), prompt, 24, GREEDY, 0, 0, tokenizer.eos_token_id)
+        out = decode(target, EagleDraft(head, "dynamic", 4, 3, 10), prompt, 24, GREEDY, 4, 0, tokenizer.eos_token_id)
+        assert out.tokens == ar.tokens and out.cycles <= ar.cycles
+
+
+@pytest.mark.slow
+def test_eagle3_equals_ar_real(target, tokenizer):
+    """The shipped head on 20 MT-Bench prompts: exactly AR's tokens, and it accepts drafts."""
+    head = load_head(target)
+    engine, tokens, cycles = Engine(target), 0, 0
+    for prompt in prompts(tokenizer, 20):
+        ar = decode(engine, NoDraft(), prompt, 24, GREEDY, 0, 0, tokenizer.eos_token_id)
+        out = decode(engine, EagleDraft(head, "dynamic", 4, 4, 12), prompt, 24, GREEDY, 4, 0, tokenizer.eos_token_id)
+        assert out.tokens == ar.tokens
+        tokens, cycles = tokens + len(out.tokens), cycles + out.cycles
+    assert tokens / cycles > 1.5
+
+
+@pytest.mark.slow
+def test_eagle3_trees_verify_losslessly_and_the_check_can_fail(tiny, tokenizer):
+    """A tree an EAGLE-3 drafter built, its tokens relabelled 0..K-1, verified against
+    context-free target rows at temperature 1: the first and second emitted tokens follow the
+    target; verification without renormalisation after a rejected sibling is caught."""
+    head = random_head(tiny, seed=2)
+    drafter = EagleDraft(head, "dynamic", 2, 3, 7)
+    context = prompts(tokenizer, 1)[0]
+    drafter.begin(context)
+    scored = Engine(tiny).forward(context[:-1], hidden_layers=head.feature_layers, last_only=True)
+    drafter.commit(context, torch.cat([scored.hidden[layer] for layer in head.feature_layers], -1))
+    tree = drafter.propose(context, 2, Sampling(1.0), RandomStream(0))
+    assert len(tree) == 7 and max(tree.depths()) == 2
+    alphabet = sorted(set(tree.tokens[1:]))
+    size = len(alphabet) + 2  # two tokens no draft proposes
+    tokens = [size - 1] + [alphabet.index(t) for t in tree.tokens[1:]]
+    g = torch.Generator().manual_seed(5)
+    by_depth = torch.softmax(torch.randn(3, size, generator=g) * 1.5, -1)
+    p = by_depth[tree.depths()]
+    sim = simulate_tree(tokens, tree.parents, p, 20_000, seed=3)
+    second_depth = by_depth[1]
+    assert chi2_pvalue(sim.first, by_depth[0].numpy()) > 1e-3
+    assert chi2_pvalue(sim.second, second_depth.numpy()) > 1e-3
+    wrong = simulate_tree(tokens, tree.parents, p, 20_000, seed=3, verify=no_renormalisation)
+    assert chi2_pvalue(wrong.first, by_depth[0].numpy()) < 1e-6
+
+
+def test_export_import_round_trip_and_maps(tiny, tmp_path):
+    head = random_head(tiny, every=3)
+    folder = export_head(head, tmp_path / "export", dtype=torch.float32)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
+    assert config["draft_vocab_size"] == len(head.vocab)
+    from safetensors.torch import load_file
+    tensors = load_file(str(folder / "model.safetensors"))
+    assert torch.equal(torch.arange(len(head.vocab)) + tensors["d2t"], head.vocab)  # d2t is an offset
+    assert torch.equal(tensors["t2d"].nonzero()[:, 0], head.vocab)
+    assert "midlayer.self_attn.q_proj.weight" in tensors and "midlayer.hidden_norm.weight" in tensors
+    back = import_head(tiny, folder)
+    states = torch.randn(5, tiny.config.hidden_size)
+    with torch.no_grad():
+        assert torch.equal(back.logits(states), head.logits(states))
+        assert torch.equal(back.vocab, head.vocab)
+        f, t = torch.randn(1, 6, 3 * tiny.config.hidden_size), torch.randint(0, 1000, (1, 6))
+        pad = torch.ones(1, 6, dtype=torch.bool)
+        assert torch.equal(back(f, t, pad, 2)[-1], head(f, t, pad, 2)[-1])
+
+
+def test_a_broken_export_is_refused_in_one_line(tiny, tmp_path):
+    from safetensors.torch import load_file, save_file
+    folder = export_head(random_head(tiny), tmp_path / "export")
+    tensors = load_file(str(folder / "model.safetensors"))
+    del tensors["midlayer.hidden_norm.weight"]
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(LabError, match="midlayer.hidden_norm.weight"):
+        import_head(tiny, folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["draft_vocab_size"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LabError, match="draft_vocab_size"):
+        import_head(tiny, folder)
+    with pytest.raises(LabError, match="config.json is missing"):
+        import_head(tiny, tmp_path / "nowhere")
+
+
+def test_ttt_loss_masks_tokens_outside_the_vocabulary_and_the_prompt(tiny):
+    """A batch whose every target argmax lies outside the draft vocabulary scores nothing;
+    with the vocabulary covering everything, every response position of step 0 is scored."""
+    d = small_set(3, 0)
+    h = tiny.config.hidden_size
+    items = [(d.ids(i), np.random.default_rng(i).standard_normal((len(d.ids(i)), 4 * h)).astype(np.float16),
+              int(d.prompt_lens[i])) for i in range(3)]
+    batch = make_batch(items, h)
+    weight = tiny.lm_head.weight.detach()
+    argmax = torch.nn.functional.linear(batch[2], weight).argmax(-1)
+    outside = Eagle3Head(tiny, torch.tensor(sorted(set(range(200)) - set(argmax.flatten().tolist()))[:50]))
+    loss, ces, _ = ttt_loss(outside, batch, weight, steps=2)
+    assert float(loss.detach()) == 0.0 and all(np.isnan(ces))
+    everything = Eagle3Head(tiny, torch.arange(tiny.config.vocab_size))
+    loss, ces, _ = ttt_loss(everything, batch, weight, steps=2)
+    assert float(loss.detach()) > 0 and not np.isnan(ces[0])
+
+
+def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkeypatch):
+    import lab.train.checkpoint as checkpoint
+    out = tmp_path / "head3.safetensors"
+    train_eagle3(target=tiny, data=small_set(), max_steps=45, lr=1e-2, out=out, eval_prompts=1, vocab_size=2048,
+                 batch=2, steps=2, progress=False)
+    manifest = json.loads(out.with_suffix(".json").read_text())
+    assert manifest["steps"] == 45 and len(manifest["heldout_top1_agreement_by_depth"]) == 6
+    assert manifest["loss_last_20"]["ce_by_step"][0] < manifest["loss_first_20"]["ce_by_step"][0]
+    assert manifest["draft_vocab"]["size"] == 2048 and manifest["feature_cache"][0]["gigabytes"] >= 0
+    head = load_head(tiny, path=out)
+    assert torch.equal(head.vocab, load_head(tiny, path=out).vocab)
+    # killed after 3 of 5 steps, then resumed: only the remaining 2 run
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_SECONDS", 0)
+    monkeypatch.setattr(checkpoint.Checkpoint, "finish", lambda self: None)
+    again = tmp_path / "again.safetensors"
+    train_eagle3(target=tiny, data=small_set(), max_steps=3, out=again, eval_prompts=1, vocab_size=512, batch=2,
+                 steps=2, progress=False)
+    import lab.train.eagle3 as module
+    calls, real = [], module.ttt_loss
+    monkeypatch.setattr(module, "ttt_loss", lambda *a, **k: calls.append(1) or real(*a, **k))
+    train_eagle3(target=tiny, data=small_set(), max_steps=5, out=again, eval_prompts=1, vocab_size=512, batch=2,
+                 steps=2, progress=False, resume=True)
+    assert len(calls) == 2 and json.loads(again.with_suffix(".json").read_text())["steps"] == 5
+    with pytest.raises(LabError, match="drop --resume"):
+        train_eagle3(target=tiny, data=small_set(), max_steps=5, out=again, eval_prompts=1, vocab_size=512,
+                     batch=2, steps=3, progress=False, resume=True)
+
+
+DDP_SCRIPT = """
+import sys, torch
+import lab.train.eagle as features, lab.train.eagle3 as module
+from pathlib import Path
+features.CACHE_DIR = module.CACHE_DIR = Path(sys.argv[1])
+sys.path.insert(0, sys.argv[3])
+from test_eagle import small_set
+from lab.models import tiny_target
+torch.set_num_threads(1)
+made = module.Eagle3Head
+def init_and_keep(*args, **kwargs):  # the initial weights, to show that training moved them
+    head = made(*args, **kwargs)
+    torch.save({k: v.clone() for k, v in head.own_state().items()}, sys.argv[2] + ".init.pt")
+    return head
+module.Eagle3Head = init_and_keep
+module.save_head = lambda head, path: torch.save(head.own_state(), str(path) + ".pt")  # fp32, not fp16
+module.train_eagle3(target=tiny_target(0), data=small_set(), max_steps=4, lr=3e-3, out=Path(sys.argv[2]),
+                    eval_prompts=1, vocab_size=1024, batch=4, steps=2, progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_train_what_one_process_trains(tmp_path):
+    """torchrun with two CPU processes (gloo), each computing half of every global batch of 4,
+    ends with the weights one process reaches with the same global batch, within 1e-6."""
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    tests = os.path.dirname(__file__)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for n, name in ((1, "one"), (2, "two")):
+        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                              str(script), str(tmp_path / name), str(tmp_path / f"{name}.safetensors"), tests],
+                             env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+    one, two = (torch.load(tmp_path / f"{name}.safetensors.pt") for name in ("one", "two"))
+    init = torch.load(tmp_path / "one.safetensors.init.pt")
+    assert set(one) == set(two) == set(init)
+    worst = max(float((one[k] - two[k]).abs().max()) for k in one if k != "vocab")
+    moved = max(float((one[k] - init[k]).abs().max()) for k in one if k != "vocab")
+    assert worst < 1e-6 and moved > 100 * 1e-6, (worst, moved)  # training moved them far more
+    assert json.loads((tmp_path / "two.json").read_text())["optimiser"]["processes"] == 2
