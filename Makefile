@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data demo test figures lab bench bench-eagle bench-eagle-bf16 data drafts eagle-heads tune clean-cache gpu-check
+.PHONY: setup setup-data demo test figures lab bench bench-eagle bench-eagle-bf16 data drafts eagle-heads tune clean-cache gpu-check results
 
 setup: $(STAMP)
 
@@ -77,6 +77,10 @@ eagle-heads: setup
 	$(PY) -m lab train eagle1 --variant eagle1 --name eagle1-short --minutes 5
 	$(PY) -m lab train eagle1 --variant no-token --minutes 5
 	$(PY) -m lab train eagle1 --variant token-only --minutes 5
+
+# RESULTS.md from the JSON files under data/ (after any benchmark, training or tuning run)
+results: setup
+	$(PY) -m lab.results
 
 # the EAGLE tree size for this machine (cost model), read by bench/generate
 tune: setup

@@ -1,4 +1,4 @@
-"""Command line: `python -m lab {bench,generate,data,train} ...` (see --help of each)."""
+"""Command line: `python -m lab {bench,generate,data,train,evaluate,export,tune} ...` (see --help of each)."""
 from __future__ import annotations
 
 import argparse
@@ -169,7 +169,7 @@ def _train(args: argparse.Namespace) -> None:
         print(train_eagle3(args.minutes or 60.0, steps=args.ttt_steps, batch=args.batch, lr=args.lr or 1e-3,
                            vocab_size=args.draft_vocab, replies=args.replies,
                            reply_feature_dtype=args.reply_feature_dtype, data_fraction=args.data_fraction,
-                           init=head_path(args.init) if args.init else None, resume=args.resume,
+                           init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
                            out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
     else:
         from .eagle import head_path
@@ -216,6 +216,15 @@ def _tune(args: argparse.Namespace) -> None:
           f"{c['static_predicted_speedup']:.2f}x); draft vocabulary {result['draft_vocab_size']} "
           f"(covers {result['draft_vocab_coverage_of_tuning_responses']:.1%} of the tuning answers' tokens); "
           f"written to {repo_path(path)}")
+
+
+def _export(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from .eagle3 import export_head, load_head
+    from .models import load_target
+    out = export_head(load_head(load_target(), args.name), Path(args.out))
+    print(f"{args.name} written to {out} (config.json, model.safetensors) in the EAGLE-3 layout vLLM and SGLang load")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="eagle3: draft vocabulary, the most frequent training tokens (default 16384)")
     train.add_argument("--data-fraction", type=float, default=1.0,
                        help="eagle3: train on this first fraction of the training sequences (default 1)")
+    train.add_argument("--taps", default="fused", choices=["fused", "top"],
+                       help="eagle3: the target's layers 2, N/2, N-3 fused (default), or its top feature only")
     train.add_argument("--max-steps", type=int, default=None,
                        help="eagle3: exactly this many steps instead of a time budget (cosine over steps)")
     train.add_argument("--minutes", type=float, default=None,
@@ -277,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = sub.add_parser("evaluate", help="re-score a shipped EAGLE head on the held-out prompts")
     evaluate.add_argument("name", nargs="?", default="eagle1", help="data/eagle/NAME.safetensors (default eagle1)")
     evaluate.set_defaults(run=_evaluate)
+
+    export = sub.add_parser("export", help="write a trained EAGLE-3 head in the layout serving engines load")
+    export.add_argument("what", choices=["eagle3"])
+    export.add_argument("--out", required=True, help="folder for config.json and model.safetensors")
+    export.add_argument("--name", default="eagle3", help="data/eagle/NAME.safetensors (default eagle3)")
+    export.set_defaults(run=_export)
 
     tune = sub.add_parser("tune", help="choose the EAGLE tree size for this machine (cost model)")
     tune.add_argument("what", choices=["tree"])

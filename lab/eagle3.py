@@ -100,21 +100,29 @@ class Eagle3Layer(nn.Module):
         return h + self.mlp["down_proj"](F.silu(self.mlp["gate_proj"](x)) * self.mlp["up_proj"](x))
 
 
+TAPS = ("fused", "top")
+
+
 class Eagle3Head(nn.Module):
     """fc (3H -> H, no bias), `midlayer`, a final `norm` and `lm_head` over the draft
     vocabulary. The target's token embedding is shared (the same tensor) and frozen; the
-    buffer `vocab` holds the target id of each draft-vocabulary column."""
+    buffer `vocab` holds the target id of each draft-vocabulary column.
+
+    taps="top" reads only the target's top feature (fc H -> H): the ablation in notebook 06
+    that separates what training-time test does from what the fused features add."""
     variant = "eagle3"
 
-    def __init__(self, target, vocab: torch.Tensor):
+    def __init__(self, target, vocab: torch.Tensor, taps: str = "fused"):
         super().__init__()
+        if taps not in TAPS:
+            raise LabError(f"unknown EAGLE-3 taps {taps!r}: choose fused or top")
         cfg = target.config
         hidden = cfg.hidden_size
         head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
-        self.config = cfg
-        self.feature_layers = feature_layers(cfg.num_hidden_layers)
+        self.config, self.taps = cfg, taps
+        self.feature_layers = feature_layers(cfg.num_hidden_layers) if taps == "fused" else (cfg.num_hidden_layers,)
         self.embed_tokens = target.model.embed_tokens
-        self.fc = nn.Linear(3 * hidden, hidden, bias=False)
+        self.fc = nn.Linear(len(self.feature_layers) * hidden, hidden, bias=False)
         self.midlayer = Eagle3Layer(hidden, cfg.num_attention_heads, cfg.num_key_value_heads, head_dim,
                                     cfg.intermediate_size, cfg.rms_norm_eps, rope_theta(cfg))
         self.norm = nn.RMSNorm(hidden, eps=cfg.rms_norm_eps)
@@ -134,7 +142,7 @@ class Eagle3Head(nn.Module):
         return self.lm_head(self.norm(states))
 
     def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, steps: int) -> list[torch.Tensor]:
-        """Training-time test, all steps in one pass. features [B, T, 3H] at positions 0..T-1;
+        """Training-time test, all steps in one pass. features [B, T, taps x H] at positions 0..T-1;
         tokens [B, T] where tokens[:, t] = x_{t+1}; pad [B, T] True on real positions.
 
         Index t of step s is the s-th draft of a chain rooted at the true pair
@@ -221,7 +229,7 @@ def head_path(name: str = "eagle3") -> Path:
 
 
 def _metadata(head: Eagle3Head) -> dict[str, str]:
-    return {"variant": "eagle3", "target": TARGET_NAME, "hidden_size": str(head.config.hidden_size),
+    return {"variant": "eagle3", "taps": head.taps, "target": TARGET_NAME, "hidden_size": str(head.config.hidden_size),
             "vocab_size": str(head.config.vocab_size), "draft_vocab_size": str(len(head.vocab))}
 
 
@@ -241,7 +249,7 @@ def load_head(target, name: str = "eagle3", path: Path | None = None) -> Eagle3H
         meta, state = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
     if "vocab" not in state:
         raise LabError(f"{path} is not an EAGLE-3 head (no draft vocabulary): load it with lab.eagle.load_head")
-    head = Eagle3Head(target, state["vocab"])
+    head = Eagle3Head(target, state["vocab"], meta.get("taps", "fused"))
     if meta != _metadata(head) or set(state) != set(head.own_state()):
         raise LabError(f"{path} was trained for another target or head shape ({meta or 'no metadata'}): "
                        f"retrain it with `python -m lab train eagle3 --name {name}`")
@@ -271,6 +279,8 @@ def export_head(head: Eagle3Head, out: Path, dtype: torch.dtype = torch.float16)
     config.json (`LlamaForCausalLMEagle3`, one layer, `draft_vocab_size`, the target's Llama
     fields) and model.safetensors with the layer under `midlayer.`, `d2t` (draft id i ->
     target id i + d2t[i], an offset) and `t2d` (a boolean mask over the target vocabulary)."""
+    if head.taps != "fused":
+        raise LabError("only a head over the fused three-layer features has a serving layout (fc is 3H -> H)")
     cfg = head.config
     config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
               "draft_vocab_size": len(head.vocab), "target_hidden_size": cfg.hidden_size,

@@ -286,3 +286,13 @@ def test_two_processes_train_what_one_process_trains(tmp_path):
     moved = max(float((one[k] - init[k]).abs().max()) for k in one if k != "vocab")
     assert worst < 1e-6 and moved > 100 * 1e-6, (worst, moved)  # training moved them far more
     assert json.loads((tmp_path / "two.json").read_text())["optimiser"]["processes"] == 2
+
+
+def test_the_tuner_prices_eagle3_trees_over_the_heads_own_vocabulary(tiny, tokenizer):
+    from lab.costmodel import tune
+    from lab.data import mt_bench
+    head = random_head(tiny, every=4)
+    result = tune(tiny, tokenizer, head, prompts=mt_bench()[:2], max_new_tokens=10, positions=6, prefix=16, path=None,
+                  rank_accuracy=[0.3, 0.1], depths=(2,), top_ks=(2,), sizes=(2, 4))
+    assert result["head"] == "eagle3" and result["draft_vocab_size"] == len(head.vocab)
+    assert all(1 <= r["tau"] <= r["total_tokens"] for r in result["dynamic"])

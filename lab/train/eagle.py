@@ -334,12 +334,36 @@ def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data
     return report
 
 
+class ChainTally:
+    """Chain acceptance over chains of drafts rooted at each position: P(depths 1..d all
+    right), over chains whose every step drafts a response token, and n-alpha = chain(d) /
+    chain(d-1), EAGLE's acceptance at depth d given that the earlier drafts were accepted."""
+
+    def __init__(self, depths: int):
+        self.hits, self.count = np.zeros(depths), np.zeros(depths)
+
+    def add(self, right: torch.Tensor, valid: torch.Tensor) -> None:
+        """right, valid: bool [depths, n], indexed by the chain's root position."""
+        for d in range(len(self.hits)):
+            ok = valid[: d + 1].all(0)
+            self.hits[d] += int((right[: d + 1].all(0) & ok).sum())
+            self.count[d] += int(ok.sum())
+
+    def report(self) -> dict:
+        chain = self.hits / np.maximum(self.count, 1)
+        return {"heldout_chain_acceptance_by_depth": [round(float(x), 4) for x in chain],
+                "heldout_n_alpha": [round(float(chain[0]), 4)] + [
+                    round(float(chain[d] / chain[d - 1]), 4) if chain[d - 1] > 0 else None
+                    for d in range(1, len(chain))]}
+
+
 def evaluate_head(head: EagleHead, data: RegenSet, feats: FeatureSet, indices: list[int],
                   depths: int = EVAL_DEPTHS, ranks: int = 10) -> dict:
     """Held-out top-1 agreement with the target's greedy token at depth 1..`depths`, the
-    depth-1 accuracy of each rank (for EAGLE-1's static tree), and feature drift."""
+    depth-1 accuracy of each rank (for EAGLE-1's static tree), feature drift, and chain
+    acceptance (`ChainTally`)."""
     hits, cos, rel, count = np.zeros(depths), np.zeros(depths), np.zeros(depths), np.zeros(depths)
-    rank_hits = np.zeros(ranks)
+    rank_hits, chains = np.zeros(ranks), ChainTally(depths)
     hidden = head.body.config.hidden_size
     for i in indices:
         ids = torch.from_numpy(data.ids(i))
@@ -347,20 +371,27 @@ def evaluate_head(head: EagleHead, data: RegenSet, feats: FeatureSet, indices: l
         prompt_len = int(data.prompt_lens[i])
         preds = unrolled_predictions(head, f, ids, depths)
         truth = f[1:, -hidden:]
+        pairs = len(preds[0])
+        right, valid = torch.zeros(depths, pairs, dtype=torch.bool), torch.zeros(depths, pairs, dtype=torch.bool)
         for s, pred in enumerate(preds):
             rows = torch.arange(len(pred))
             ok = (rows >= s) & (rows + 2 >= prompt_len) & (rows + 2 < len(ids))
             logits = head.logits(pred[ok])
-            hits[s] += int((logits.argmax(-1) == ids[rows[ok] + 2]).sum())
+            correct = logits.argmax(-1) == ids[rows[ok] + 2]
+            hits[s] += int(correct.sum())
+            by_row = torch.zeros(pairs, dtype=torch.bool)
+            by_row[rows[ok]] = correct
+            right[s, : pairs - s], valid[s, : pairs - s] = by_row[s:], ok[s:]  # row c+s is step s of the chain from c
             cos[s] += float(F.cosine_similarity(pred[ok], truth[ok], dim=-1).sum())
             rel[s] += float(((pred[ok] - truth[ok]).norm(dim=-1) / truth[ok].norm(dim=-1)).sum())
             count[s] += int(ok.sum())
             if s == 0:
                 top = torch.topk(logits, ranks, dim=-1).indices
                 rank_hits += (top == ids[rows[ok] + 2][:, None]).sum(0).numpy()
+        chains.add(right, valid)
     count = np.maximum(count, 1)
     return {"heldout_top1_agreement_by_depth": [round(float(x), 4) for x in hits / count],
             "heldout_feature_cosine_by_depth": [round(float(x), 4) for x in cos / count],
             "heldout_feature_relative_l2_by_depth": [round(float(x), 4) for x in rel / count],
             "heldout_positions": int(count[0]),
-            "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]]}
+            "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]], **chains.report()}

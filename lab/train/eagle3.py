@@ -40,7 +40,7 @@ from ..models import load_target
 from ..paths import CACHE_DIR
 from .checkpoint import Checkpoint
 from .distill import set_lr
-from .eagle import EVAL_DEPTHS, MAX_LEN, FeatureSet, target_features
+from .eagle import EVAL_DEPTHS, MAX_LEN, ChainTally, FeatureSet, target_features
 from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, unique_heldout
 
 STEPS = 7
@@ -48,7 +48,7 @@ STEP_DECAY = 0.8
 DRAFT_VOCAB = 16384
 
 
-def taps(target) -> tuple[int, ...]:
+def cached_layers(target) -> tuple[int, ...]:
     """The cached layers: the head's three inputs, then the top feature (the label's source)."""
     return (*feature_layers(target.config.num_hidden_layers), target.config.num_hidden_layers)
 
@@ -64,8 +64,9 @@ def training_vocabulary(sources: list[RegenSet], size: int) -> torch.Tensor:
     return torch.from_numpy(np.sort(order)).long()
 
 
-def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int):
-    """(ids, cached taps [L, 4H], prompt length) -> input features [B, T, 3H], tokens [B, T]
+def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int, taps: str = "fused"):
+    """(ids, cached taps [L, 4H], prompt length) -> input features [B, T, 3H] (taps="top":
+    the top feature [B, T, H]), tokens [B, T]
     (tokens[:, t] = x_{t+1}), the top feature at t+1 [B, T, H], padding [B, T] and the first
     index whose step-0 prediction (x_{t+2}) is a response token [B]. T = pairs = L - 1."""
     rows = []
@@ -74,7 +75,8 @@ def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int):
         rows.append((ids[cut:], feats[cut:], max(prompt_len - cut, 2)))
     width = max(len(ids) for ids, _, _ in rows) - 1
     b = len(rows)
-    features = torch.zeros(b, width, 3 * hidden)
+    columns = slice(0, 3 * hidden) if taps == "fused" else slice(3 * hidden, 4 * hidden)
+    features = torch.zeros(b, width, columns.stop - columns.start)
     top = torch.zeros(b, width, hidden)
     tokens = torch.zeros(b, width, dtype=torch.long)
     pad = torch.zeros(b, width, dtype=torch.bool)
@@ -82,7 +84,7 @@ def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int):
     for r, (ids, feats, prompt_len) in enumerate(rows):
         f = torch.from_numpy(np.asarray(feats, dtype=np.float32))
         p = len(ids) - 1
-        features[r, :p], top[r, :p] = f[:-1, : 3 * hidden], f[1:, 3 * hidden:]
+        features[r, :p], top[r, :p] = f[:-1, columns], f[1:, 3 * hidden:]
         tokens[r, :p], pad[r, :p], start[r] = torch.from_numpy(ids[1:]), True, prompt_len - 2
     return features, tokens, top, pad, start
 
@@ -161,11 +163,10 @@ def evaluate_eagle3(head: Eagle3Head, data: RegenSet, feats: FeatureSet, indices
     n-alpha = chain(d) / chain(d-1), EAGLE's acceptance at depth d given the earlier drafts; and
     the depth-1 accuracy of each rank (for EAGLE-1's static tree shape)."""
     hidden = head.config.hidden_size
-    hits, count, rank_hits = np.zeros(depths), np.zeros(depths), np.zeros(ranks)
-    chain_hits, chain_count = np.zeros(depths), np.zeros(depths)
+    hits, count, rank_hits, chains = np.zeros(depths), np.zeros(depths), np.zeros(ranks), ChainTally(depths)
     for i in indices:
         ids = data.ids(i)
-        features, tokens, _, pad, start = make_batch([(ids, feats[i], int(data.prompt_lens[i]))], hidden)
+        features, tokens, _, pad, start = make_batch([(ids, feats[i], int(data.prompt_lens[i]))], hidden, head.taps)
         outs = head(features, tokens, pad, depths)
         n = pad.shape[1]
         right = torch.zeros(depths, n, dtype=torch.bool)  # right[s, t]: the chain from t is right at step s
@@ -173,26 +174,19 @@ def evaluate_eagle3(head: Eagle3Head, data: RegenSet, feats: FeatureSet, indices
         for s in range(depths):
             keep = step_positions(pad, start, s)[0]
             logits = head.logits(outs[s][0])
-            draft = head.vocab[logits.argmax(-1)]
             truth = torch.from_numpy(ids).long()[torch.clamp(torch.arange(n) + s + 2, max=len(ids) - 1)]
             ok = keep & (torch.arange(n) + s + 2 < len(ids))
+            right[s], valid[s] = (head.vocab[logits.argmax(-1)] == truth) & ok, ok
+            hits[s] += int(right[s].sum())
+            count[s] += int(ok.sum())
             if s == 0:
                 top = head.vocab[torch.topk(logits[ok], ranks, dim=-1).indices]
                 rank_hits += (top == truth[ok][:, None]).sum(0).numpy()
-            right[s], valid[s] = (draft == truth) & ok, ok
-            hits[s] += int(right[s].sum())
-            count[s] += int(ok.sum())
-            chain_ok = valid[: s + 1].all(0)  # chains whose every step drafts a response token
-            chain_hits[s] += int((right[: s + 1].all(0) & chain_ok).sum())
-            chain_count[s] += int(chain_ok.sum())
-    count, chain_count = np.maximum(count, 1), np.maximum(chain_count, 1)
-    chain = chain_hits / chain_count
+        chains.add(right, valid)
+    count = np.maximum(count, 1)
     return {"heldout_top1_agreement_by_depth": [round(float(x), 4) for x in hits / count],
-            "heldout_chain_acceptance_by_depth": [round(float(x), 4) for x in chain],
-            "heldout_n_alpha": [round(float(chain[0]), 4)] + [
-                round(float(chain[d] / chain[d - 1]), 4) if chain[d - 1] > 0 else None for d in range(1, depths)],
             "heldout_positions": int(count[0]),
-            "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]]}
+            "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]], **chains.report()}
 
 
 def heldout_report(head: Eagle3Head, data: RegenSet, feats: FeatureSet, heldout: list[int]) -> dict:
@@ -218,12 +212,13 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
                  vocab_size: int = DRAFT_VOCAB, replies: int = 0, reply_feature_dtype: str = "float32",
                  init: Path | None = None, resume: bool = False, out: Path | None = None, target=None,
                  data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
-                 data_fraction: float = 1.0, progress: bool = True) -> Path:
+                 data_fraction: float = 1.0, taps: str = "fused", progress: bool = True) -> Path:
     """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
     cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
     data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
     replies as in `train eagle1`; `data_fraction` trains on the first fraction of the training
-    sequences (the data-scaling runs); `init` continues a trained head (same vocabulary)."""
+    sequences (the data-scaling runs); `taps="top"` feeds only the top feature (an ablation);
+    `init` continues a trained head (same vocabulary and taps)."""
     commit = git_commit()
     rank, world = _distributed()
     torch.manual_seed(seed)
@@ -232,7 +227,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     for param in target.parameters():
         param.requires_grad_(False)
     data = data if data is not None else load_regen()
-    layers = taps(target)
+    layers = cached_layers(target)
     extract_seconds = time.perf_counter()
     sources = [data] + ([sharegpt_replies(replies)] if replies else [])
     feature_sets = []
@@ -247,7 +242,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     if init is not None:
         head = load_head(target, path=init)
     else:
-        head = Eagle3Head(target, training_vocabulary(sources, vocab_size))
+        head = Eagle3Head(target, training_vocabulary(sources, vocab_size), taps)
     init_record = None if init is None else {
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
         if init.with_suffix(".json").exists() else None}
@@ -258,7 +253,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     model = torch.nn.parallel.DistributedDataParallel(head) if world > 1 else head
     out = out or head_path()
-    shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps,
+    taps = head.taps
+    shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": taps,
              "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
              "data_fraction": data_fraction, "init": None if init is None else repo_path(init), "world": world}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
@@ -276,7 +272,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         set_lr(optim, lr, step, *((step, max_steps) if max_steps else (spent, budget)), warmup=50)
         picked = rng.sample(train, min(batch, len(train)))[rank::world]
         items = [(sources[s].ids(i), feature_sets[s][i], p) for s, i, p in picked]
-        loss, ces, hits = ttt_loss(head, make_batch(items, hidden), target_head, steps, model, world)
+        loss, ces, hits = ttt_loss(head, make_batch(items, hidden, taps), target_head, steps, model, world)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.5)
@@ -319,7 +315,7 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
     last = np.nanmean(np.array(history[-20:], dtype=float), axis=0)
     return {
         "artifact": repo_path(out), "command": command_line(), "commit": commit, "machine": machine(),
-        "variant": "eagle3", "feature_layers": list(head.feature_layers),
+        "variant": "eagle3", "taps": head.taps, "feature_layers": list(head.feature_layers),
         "architecture": "fc (3H -> H, no bias) over the states entering layers 2, N/2, N-3; one decoder layer on "
                         "[norm(token embedding), norm(state)] with the state on the residual; final norm; own LM "
                         "head over the draft vocabulary; the target's embedding shared and frozen; stored in fp16",

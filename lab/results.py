@@ -1,0 +1,142 @@
+"""RESULTS.md: every benchmark and shipped artifact, rendered from the JSON files under data/.
+
+Why generated: numbers copied into prose by hand go stale as soon as a benchmark is rerun or a
+head retrained. Each benchmark JSON (`python -m lab bench --json ...`) and each artifact's
+manifest already records the command, commit and machine that produced it, so the page is
+rendered from those files alone, and a test fails when the committed page differs from a fresh
+render. After rerunning anything: `python -m lab.results` (or `make results`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .artifacts import atomic_write, repo_path
+from .bench import format_table
+from .paths import DATA_DIR, ROOT
+
+RESULTS_DIR = DATA_DIR / "results"
+# Known benchmarks in reading order; any other file follows, sorted by name.
+BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.json",
+               "bench_eagle_tree24.json", "bench_eagle_bf16.json", "bench_eagle_bf16_tree32.json")
+# `make demo` rewrites its JSON on every run: listing it would make the page stale after each demo.
+NOT_LISTED = ("demo.json",)
+# Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
+KEY_FIGURES = ("steps", "budget_minutes", "cpu_budget_minutes", "train.response_tokens",
+               "heldout.prompts", "data.sharegpt_reply_tokens", "heldout_top1_agreement_before",
+               "heldout_top1_agreement", "heldout_top1_agreement_by_depth",
+               "evaluation.heldout_unique_prompts.heldout_top1_agreement_by_depth")
+TREE_COLUMNS = ("depth", "top_k", "total_tokens", "draft_vocab", "predicted_tau", "predicted_speedup")
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _number(v) -> str:
+    if isinstance(v, list):
+        return " / ".join(_number(x) for x in v)
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:.3f}"
+    return "" if v is None else str(v)
+
+
+def _dig(obj: dict, dotted: str):
+    for key in dotted.split("."):
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def _commit(manifest: dict) -> str:
+    sha, _, rest = manifest.get("commit", "unknown").partition("+")
+    return f"`{sha[:7]}`" + (f" +{rest}" if rest else "")
+
+
+def bench_files() -> list[Path]:
+    """data/results/*.json in page order (known files first), without the demo's."""
+    rank = {name: i for i, name in enumerate(BENCH_ORDER)}
+    files = [p for p in RESULTS_DIR.glob("*.json") if p.name not in NOT_LISTED]
+    return sorted(files, key=lambda p: (rank.get(p.name, len(rank)), p.name))
+
+
+def _bench_section(path: Path, result: dict) -> list[str]:
+    m = result.get("machine", {})
+    machine = f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}"
+    if m.get("gpu"):
+        machine += f", GPU {m['gpu']}"
+    if "dtype" in result["config"]:
+        machine += f", target in {result['config']['dtype']}"
+    lines = [f"### {path.stem}", "", f"`{repo_path(path)}`, commit {_commit(result)}, {machine}.", "",
+             "```bash", result["command"], "```", ""]
+    for name, s in result["config"].get("methods", {}).items():
+        if "tree" in s:
+            lines.append(f"* `{name}`: {s['tree']}, depth {s['depth']}, top-k {_number(s['top_k']) or '-'}, "
+                         f"{s['total_tokens']} tokens, head `{s.get('head')}`")
+    return lines + ([""] if lines[-1] else []) + [format_table(result), ""]
+
+
+def _catalogue() -> list[str]:
+    lines = ["## Artifacts", "", "Every manifest under `data/` that names an artifact.", "",
+             "| artifact | made by | commit | key figures |", "|---|---|---|---|"]
+    for path in sorted(DATA_DIR.rglob("*.json")):
+        manifest = _load(path)
+        if "artifact" not in manifest:
+            continue
+        figures = [f"{key}: {_number(_dig(manifest, key))}" for key in KEY_FIGURES
+                   if _dig(manifest, key) is not None]
+        stages, init = [], manifest.get("init")
+        while init:  # a head that continues an earlier one nests that one's manifest
+            stages.append(f"`{init['manifest']['command']}` ({init['manifest'].get('steps')} steps)")
+            init = init["manifest"].get("init")
+        if stages:
+            figures.append("continues " + ", which continues ".join(stages))
+        lines.append(f"| `{manifest['artifact']}` (manifest `{repo_path(path)}`) | `{manifest['command']}` | "
+                     f"{_commit(manifest)} | {'; '.join(figures)} |")
+    return lines + [""]
+
+
+def _tree_choices() -> list[str]:
+    lines = ["## EAGLE tree choices", "", "The tree each `python -m lab tune tree` run chose and the cost "
+             "model's prediction for it; `bench` and `generate` read the file named for their head and "
+             "dtype (`lab.costmodel.choice_path`).", "",
+             "| file | command | commit | head | dtype | " + " | ".join(TREE_COLUMNS) + " |",
+             "|" + "---|" * (5 + len(TREE_COLUMNS))]
+    for path in sorted(DATA_DIR.glob("eagle/tree_choice*.json")):
+        t = _load(path)
+        cells = [f"`{repo_path(path)}`", f"`{t['command']}`", _commit(t), t.get("head", ""), t.get("dtype", "")]
+        lines.append("| " + " | ".join(cells + [_number(t["choice"].get(c)) for c in TREE_COLUMNS]) + " |")
+    return lines + [""]
+
+
+def render_results() -> str:
+    """The whole page, from the JSON files under data/ (nothing else: no clock, no git)."""
+    benches, skipped = [], []
+    for path in bench_files():
+        result = _load(path)
+        (benches if "methods" in result else skipped).append((path, result))
+    lines = ["# Results", "",
+             "> Generated by `python -m lab.results` (`make results`) from the JSON files under `data/`.",
+             "> Do not edit by hand: rerun the command. Column definitions: "
+             "[README](README.md#definitions); what the numbers mean: [docs/notes.md](docs/notes.md).", "",
+             "## Benchmarks", ""]
+    lines += [f"* [{p.stem}](#{p.stem})" for p, _ in benches] + [""]
+    for path, result in benches:
+        lines += _bench_section(path, result)
+    if skipped:
+        lines += ["Skipped (no `methods` key, so not a benchmark result): "
+                  + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
+    lines += [f"Not listed: {', '.join(f'`data/results/{n}`' for n in NOT_LISTED)} (`make demo` rewrites it "
+              "on every run).", ""]
+    return "\n".join(lines + _catalogue() + _tree_choices()).rstrip() + "\n"
+
+
+def write_results(path: Path = ROOT / "RESULTS.md") -> Path:
+    """Render the page and write it atomically (temporary file, then rename)."""
+    text = render_results()
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+    return path
+
+
+if __name__ == "__main__":
+    print(write_results())
