@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data demo test figures lab bench bench-eagle bench-eagle-bf16 data drafts eagle-heads tune clean-cache gpu-check results
+.PHONY: setup setup-data demo test figures lab bench bench-eagle bench-eagle-bf16 bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-eagle3 clean-cache gpu-check results
 
 setup: $(STAMP)
 
@@ -60,6 +60,16 @@ bench-eagle-bf16: setup
 	$(PY) -m lab bench --methods ar,eagle1,eagle2 --dataset mt_bench --limit 10 \
 		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_eagle_bf16.json
 
+# The benchmark of the EAGLE-3 issue: each head with its tuned tree, then both with one fixed tree,
+# then HumanEval (tree sizes from `make tune-eagle3`).
+bench-eagle3: setup
+	$(PY) -m lab bench --methods ar,hf-pld,eagle2,eagle3 --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3.json
+	$(PY) -m lab bench --methods ar,eagle2,eagle3 --eagle-tree 4,6,24 --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_tree24.json
+	$(PY) -m lab bench --methods ar,eagle2,eagle3 --dataset humaneval --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_humaneval.json
+
 # Rebuild the shipped artifacts (long jobs: run them with nohup; both resume).
 data: setup
 	$(PY) -m lab data build --tokens 200000
@@ -82,9 +92,20 @@ eagle-heads: setup
 results: setup
 	$(PY) -m lab.results
 
+# the shipped EAGLE-3 head (its features: about 20 minutes, 4 GB in .cache/features), then
+# notebook 06's equal-budget ablation heads on the regenerated set (5 CPU-minutes each)
+eagle3-heads: setup
+	$(PY) -m lab train eagle3 --replies 400000 --reply-feature-dtype bfloat16 --minutes 60
+	$(PY) -m lab train eagle3 --name ce-top --taps top --ttt-steps 1 --minutes 5
+	$(PY) -m lab train eagle3 --name ttt-top --taps top --minutes 5
+	$(PY) -m lab train eagle3 --name eagle3-short --minutes 5
+
 # the EAGLE tree size for this machine (cost model), read by bench/generate
 tune: setup
 	$(PY) -m lab tune tree
+
+tune-eagle3: setup
+	$(PY) -m lab tune tree --head eagle3
 
 clean-cache:
 	rm -rf .cache

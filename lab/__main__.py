@@ -170,6 +170,7 @@ def _train(args: argparse.Namespace) -> None:
                            vocab_size=args.draft_vocab, replies=args.replies,
                            reply_feature_dtype=args.reply_feature_dtype, data_fraction=args.data_fraction,
                            init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
+                           bf16_autocast=not args.fp32,
                            out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
     else:
         from .eagle import head_path
@@ -270,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--init", default=None,
                        help="eagle1/eagle3: start from the trained head data/eagle/NAME.safetensors")
     train.add_argument("--ttt-steps", type=int, default=7, help="eagle3: training-time test steps (default 7)")
-    train.add_argument("--draft-vocab", type=int, default=16384,
-                       help="eagle3: draft vocabulary, the most frequent training tokens (default 16384)")
+    train.add_argument("--draft-vocab", type=int, default=8192,
+                       help="eagle3: draft vocabulary, the most frequent training tokens (default 8192)")
+    train.add_argument("--fp32", action="store_true",
+                       help="eagle3: float32 matrix products (default: bfloat16 autocast, fp32 weights)")
     train.add_argument("--data-fraction", type=float, default=1.0,
                        help="eagle3: train on this first fraction of the training sequences (default 1)")
     train.add_argument("--taps", default="fused", choices=["fused", "top"],
