@@ -296,3 +296,15 @@ def test_the_tuner_prices_eagle3_trees_over_the_heads_own_vocabulary(tiny, token
                   rank_accuracy=[0.3, 0.1], depths=(2,), top_ks=(2,), sizes=(2, 4))
     assert result["head"] == "eagle3" and result["draft_vocab_size"] == len(head.vocab)
     assert all(1 <= r["tau"] <= r["total_tokens"] for r in result["dynamic"])
+
+
+def test_a_short_disk_fails_before_the_first_chunk(tiny, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from lab.train.eagle import target_features
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9, 1000))
+    with pytest.raises(LabError, match="GB more at .*free disk space or set LAB_CACHE"):
+        target_features(tiny, small_set(3, 0), (0, 1, 2, 2), progress=False)
+    assert not list(tmp_path.rglob("chunk_*.npy"))

@@ -115,12 +115,11 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = ST
         argmax_draft = torch.zeros(labels.shape, dtype=torch.long)
         argmax_draft[labels] = torch.searchsorted(head.vocab, argmax).clamp(max=len(head.vocab) - 1)
         del full
-    outs = (model or head)(features, tokens, pad, steps)
-    scored = []
+    outs = (head if model is None else model)(features, tokens, pad, steps)
+    scored, width = [], pad.shape[1]
     for s in range(steps):
         keep = step_positions(pad, start, s)
-        keep[:, : keep.shape[1] - s] &= in_vocab[:, s:]
-        keep[:, keep.shape[1] - s:] = False
+        keep[:, : max(width - s, 0)] &= in_vocab[:, s:]  # index t is scored if its label t+s is in vocabulary
         scored.append(keep)
     counts = torch.tensor([float(k.sum()) for k in scored])
     if world > 1:
@@ -132,7 +131,7 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = ST
             hits.append(float("nan"))
             continue
         shifted = torch.zeros_like(keep)
-        shifted[:, s:] = keep[:, : keep.shape[1] - s]  # the label of index t at step s sits at t+s
+        shifted[:, s:] = keep[:, : width - s]  # the label of index t at step s sits at t+s
         logp = torch.log_softmax(head.logits(outs[s][keep]).float(), -1)
         ce = -(p_target[shifted] * logp).sum(-1)
         loss = loss + STEP_DECAY ** s * ce.sum() / counts[s].clamp(min=1) * world
