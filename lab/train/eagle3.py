@@ -224,8 +224,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     replies as in `train eagle1`; `data_fraction` trains on the first fraction of the training
     sequences (the data-scaling runs); `taps="top"` feeds only the top feature (an ablation);
     `init` continues a trained head (same vocabulary and taps). `bf16_autocast` runs the
-    matrix products in bfloat16 (fp32 weights and optimiser): on a CPU with matrix units a step
-    takes about 60% of the float32 time."""
+    matrix products in bfloat16 (fp32 weights and optimiser), faster on CPUs with bfloat16
+    support."""
     commit = git_commit()
     rank, world = _distributed()
     torch.manual_seed(seed)
