@@ -69,6 +69,8 @@ bench-eagle3: setup
 		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_tree24.json
 	$(PY) -m lab bench --methods ar,eagle2,eagle3 --dataset humaneval --limit 10 \
 		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_humaneval.json
+	$(PY) -m lab bench --methods ar,eagle3,eagle3-static --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_static.json
 
 # Rebuild the shipped artifacts (long jobs: run them with nohup; both resume).
 data: setup
@@ -92,13 +94,21 @@ eagle-heads: setup
 results: setup
 	$(PY) -m lab.results
 
-# the shipped EAGLE-3 head (its features: about 20 minutes, 4 GB in .cache/features), then
-# notebook 06's equal-budget ablation heads on the regenerated set (5 CPU-minutes each)
+# the shipped EAGLE-3 head in two stages of 60 CPU-minutes (its features: about 20 minutes,
+# 4.6 GB in .cache/features), then notebook 06's equal-budget ablation heads on the
+# regenerated set (5 CPU-minutes each): the four-head ablation, S = 1 and 3 unrolled steps,
+# a 16k draft vocabulary; `evaluate` rescores each head's n-alpha into its manifest
 eagle3-heads: setup
 	$(PY) -m lab train eagle3 --replies 400000 --reply-feature-dtype bfloat16 --minutes 60
+	$(PY) -m lab train eagle3 --init eagle3 --replies 400000 --reply-feature-dtype bfloat16 --minutes 60 --lr 5e-4
 	$(PY) -m lab train eagle3 --name ce-top --taps top --ttt-steps 1 --minutes 5
 	$(PY) -m lab train eagle3 --name ttt-top --taps top --minutes 5
 	$(PY) -m lab train eagle3 --name eagle3-short --minutes 5
+	$(PY) -m lab train eagle3 --name eagle3-s1 --ttt-steps 1 --minutes 5
+	$(PY) -m lab train eagle3 --name eagle3-s3 --ttt-steps 3 --minutes 5
+	$(PY) -m lab train eagle3 --name eagle3-v16k --draft-vocab 16384 --minutes 5
+	for head in eagle3 ce-top ttt-top eagle3-short eagle3-s1 eagle3-s3 eagle3-v16k; do \
+		$(PY) -m lab evaluate $$head || exit 1; done
 
 # the EAGLE tree size for this machine (cost model), read by bench/generate
 tune: setup

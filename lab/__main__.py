@@ -54,21 +54,23 @@ def _eagle(args: argparse.Namespace, target):
 
 
 def _eagle3(args: argparse.Namespace, target):
-    """The EAGLE-3 head and its tree size (its own tuning, or the given --eagle-tree)."""
+    """The EAGLE-3 head, its tree size (its own tuning, or the given --eagle-tree) and the
+    per-rank accuracies of its manifest (for the static tree)."""
     from .costmodel import given_tree, load_choice
-    from .eagle3 import load_head
+    from .eagle3 import head_manifest, load_head
     if args.eagle_tree == "auto":
         choice = load_choice(dtype=args.dtype, head="eagle3")
     else:
         choice = given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype, head="eagle3")
-    return load_head(target), choice
+    return load_head(target), choice, head_manifest()["rank_accuracy"]
 
 
 def _setup_eagle(args: argparse.Namespace, setup, methods: list[str]) -> None:
+    from .bench import EAGLE3_METHODS
     if any(m in ("eagle1", "eagle2") for m in methods):
         setup.head, setup.eagle_tree, setup.rank_accuracy = _eagle(args, setup.target)
-    if "eagle3" in methods:
-        setup.head3, setup.eagle3_tree = _eagle3(args, setup.target)
+    if any(m in EAGLE3_METHODS for m in methods):
+        setup.head3, setup.eagle3_tree, setup.rank_accuracy3 = _eagle3(args, setup.target)
 
 
 def _load(args: argparse.Namespace, need_draft: bool):
@@ -244,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = sub.add_parser("generate", help="stream one answer, coloured by token origin")
     gen.add_argument("prompt")
-    gen.add_argument("--method", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3"], default="eagle2")
+    gen.add_argument("--method", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static"],
+                     default="eagle2")
     gen.add_argument("--no-color", action="store_true")
     _add_sampling(gen)
     gen.set_defaults(run=_generate)
@@ -288,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--resume", action="store_true")
     train.set_defaults(run=_train)
 
-    evaluate = sub.add_parser("evaluate", help="re-score a shipped EAGLE head on the held-out prompts")
+    evaluate = sub.add_parser("evaluate", help="re-score a shipped EAGLE-1 or EAGLE-3 head on the held-out prompts")
     evaluate.add_argument("name", nargs="?", default="eagle1", help="data/eagle/NAME.safetensors (default eagle1)")
     evaluate.set_defaults(run=_evaluate)
 

@@ -23,8 +23,10 @@ from .engine import Engine
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
 
-METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "hf", "hf-assisted", "hf-pld")
-EAGLE_METHODS = ("eagle1", "eagle2", "eagle3")
+METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "hf", "hf-assisted", "hf-pld")
+EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
+EAGLE3_METHODS = ("eagle3", "eagle3-static")  # the EAGLE-3 head with EAGLE-2's dynamic tree, or a static one
+STATIC_METHODS = ("eagle1", "eagle3-static")  # EAGLE-1's static tree, shaped by the head's per-rank accuracy
 TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
 
 
@@ -45,21 +47,22 @@ class Setup:
     rank_accuracy: list[float] | None = None   # eagle1: per-rank accuracy that shapes the static tree
     head3: torch.nn.Module | None = None       # eagle3: the EAGLE-3 head
     eagle3_tree: TreeChoice | None = None      # eagle3: its tree size (tuned for it, or given)
+    rank_accuracy3: list[float] | None = None  # eagle3-static: the EAGLE-3 head's per-rank accuracy
 
     def tree_for(self, method: str) -> TreeChoice:
-        return self.eagle3_tree if method == "eagle3" else self.eagle_tree
+        return self.eagle3_tree if method in EAGLE3_METHODS else self.eagle_tree
 
     def eagle_drafter(self, method: str) -> EagleDraft:
-        head = self.head3 if method == "eagle3" else self.head
+        eagle3 = method in EAGLE3_METHODS
+        head = self.head3 if eagle3 else self.head
         t = self.tree_for(method)
         if head is None or t is None:
             raise LabError(f"{method} needs an EAGLE head and a tree size (Setup.head/head3, Setup.eagle_tree/eagle3_tree)")
-        if method == "eagle3":
-            return EagleDraft(head, "dynamic", t.depth, t.top_k, t.total_tokens)
-        vocab = draft_vocabulary(t.draft_vocab) if t.draft_vocab else None
-        if method == "eagle1":
-            return EagleDraft(head, "static", shape=static_shape(t.total_tokens, t.depth, self.rank_accuracy),
-                              vocab=vocab)
+        # an EAGLE-3 head drafts over its own vocabulary; EAGLE-1's may be given a reduced one
+        vocab = draft_vocabulary(t.draft_vocab) if t.draft_vocab and not eagle3 else None
+        if method in STATIC_METHODS:
+            ranks = self.rank_accuracy3 if eagle3 else self.rank_accuracy
+            return EagleDraft(head, "static", shape=static_shape(t.total_tokens, t.depth, ranks), vocab=vocab)
         return EagleDraft(head, "dynamic", t.depth, t.top_k, t.total_tokens, vocab=vocab)
 
 
@@ -143,8 +146,8 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
                 "total_tokens": total}
     if method in EAGLE_METHODS:
         t = setup.tree_for(method)
-        static = method == "eagle1"
-        head = setup.head3 if method == "eagle3" else setup.head
+        static = method in STATIC_METHODS
+        head = setup.head3 if method in EAGLE3_METHODS else setup.head
         return {"loop": "lab.decode", "verification_kernel": kernel, "head": getattr(head, "variant", None),
                 "tree": "static (EAGLE-1 shape from per-rank accuracy)" if static
                 else "dynamic (EAGLE-2 expansion and reranking)",

@@ -12,7 +12,7 @@ from lab.eagle import EagleHead, load_head
 from lab.engine import Engine
 from lab.errors import LabError
 from lab.sampling import Sampling
-from lab.train.eagle import _batch, head_loss, train_head, unroll_mask, unrolled_predictions
+from lab.train.eagle import ChainTally, _batch, head_loss, train_head, unroll_mask, unrolled_predictions
 from lab.train.regen import RegenSet, load_regen
 from lab.trees import DraftTree
 
@@ -305,3 +305,18 @@ def test_a_given_tree_takes_the_tuned_vocabulary_and_predictions(tmp_path):
     assert (bf16.predicted_speedup, bf16.draft_vocab) == (None, 4096)
     with pytest.raises(LabError, match="tuned with the target in float32"):
         load_choice(tmp_path / "t.json", dtype="bfloat16")
+
+
+def test_chain_tally_n_alpha_is_a_conditional_frequency():
+    """Chain A reaches depth 2 and is right at both; chain B reaches only depth 1 and is wrong.
+    n-alpha at depth 2 is 1/1 (A is the only chain right at depth 1 that reaches depth 2).
+    The ratio chain(2) / chain(1) = (1/1) / (1/2) = 2 is the broken variant this replaces."""
+    tally = ChainTally(2)
+    right = torch.tensor([[True, False], [True, False]])
+    valid = torch.tensor([[True, True], [True, False]])
+    tally.add(right, valid)
+    report = tally.report()
+    assert report["heldout_chain_acceptance_by_depth"] == [0.5, 1.0]
+    assert report["heldout_n_alpha"] == [0.5, 1.0]
+    chain = report["heldout_chain_acceptance_by_depth"]
+    assert chain[1] / chain[0] > 1  # the old formula leaves [0, 1] on the same tally

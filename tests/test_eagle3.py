@@ -121,6 +121,22 @@ def test_eagle3_equals_ar_tiny(tiny, tokenizer):
         assert out.tokens == ar.tokens and out.cycles <= ar.cycles
 
 
+def test_eagle3_static_tree_equals_ar_tiny(tiny, tokenizer):
+    """`eagle3-static`: the EAGLE-3 head drafting EAGLE-1's static tree, shaped by the head's
+    per-rank accuracy, as the bench builds it."""
+    from lab.bench import Setup
+    from lab.costmodel import given_tree
+    setup = Setup(tiny, None, tokenizer, GREEDY, 24, 3, 0, head3=random_head(tiny),
+                  eagle3_tree=given_tree(3, 3, 8, head="eagle3"), rank_accuracy3=[0.4, 0.2, 0.1])
+    drafter = setup.eagle_drafter("eagle3-static")
+    assert drafter.mode == "static" and drafter.head is setup.head3
+    target = Engine(tiny)
+    for prompt in prompts(tokenizer, 3):
+        ar = decode(target, NoDraft(), prompt, 24, GREEDY, 0, 0, tokenizer.eos_token_id)
+        out = decode(target, drafter, prompt, 24, GREEDY, 3, 0, tokenizer.eos_token_id)
+        assert out.tokens == ar.tokens and out.cycles <= ar.cycles
+
+
 @pytest.mark.slow
 def test_eagle3_equals_ar_real(target, tokenizer):
     """The shipped head on 20 MT-Bench prompts: exactly AR's tokens, and it accepts drafts."""

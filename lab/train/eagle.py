@@ -305,56 +305,70 @@ def unrolled_predictions(head: EagleHead, features: torch.Tensor, tokens: torch.
     return preds
 
 
-def heldout_report(head: EagleHead, data: RegenSet, feats: FeatureSet, heldout: list[int]) -> dict:
-    """`evaluate_head` on the held-out prompts, and again on those of them whose prompt
-    ShareGPT holds only once (`unique_heldout`), which no training stage can have seen."""
+def heldout_report(head, data: RegenSet, feats: FeatureSet, heldout: list[int], evaluate=None) -> dict:
+    """`evaluate` (default `evaluate_head`; `evaluate_eagle3` for EAGLE-3 heads) on the held-out
+    prompts, and again on those of them whose prompt ShareGPT holds only once
+    (`unique_heldout`), which no training stage can have seen."""
+    evaluate = evaluate or evaluate_head
     unique = sorted(set(unique_heldout(data)) & set(heldout))
-    report = evaluate_head(head, data, feats, heldout)
-    report["heldout_unique_prompts"] = {"prompts": len(unique), **({k: v for k, v in evaluate_head(
+    report = evaluate(head, data, feats, heldout)
+    report["heldout_unique_prompts"] = {"prompts": len(unique), **({k: v for k, v in evaluate(
         head, data, feats, unique).items() if k != "rank_accuracy"} if unique else {})}
     return report
 
 
 def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data: RegenSet | None = None) -> dict:
-    """`python -m lab evaluate NAME`: re-score a saved head on the held-out prompts its training
-    evaluated and write the figures, with the command and commit that produced them, into its
-    manifest under "evaluation" (the training figures stay as they were). Only the held-out
-    sequences' features are computed (cached), so this takes about a minute on a CPU."""
+    """`python -m lab evaluate NAME`: re-score a saved EAGLE-1 or EAGLE-3 head on the held-out
+    prompts its training evaluated and write the figures, with the command and commit that
+    produced them, into its manifest under "evaluation" (the training figures stay as they
+    were). Only the held-out sequences' features are computed (cached), so this takes a minute
+    or two on a CPU."""
     manifest_path = path.with_suffix(".json")
     if not path.exists() or not manifest_path.exists():
-        raise LabError(f"no head or manifest at {path}: train it first with `python -m lab train eagle1 --name {path.stem}`")
+        raise LabError(f"no head or manifest at {path}: train it first with `python -m lab train eagle1|eagle3 --name {path.stem}`")
     manifest = json.loads(manifest_path.read_text())
     target = target if target is not None else load_target()
-    head = load_head(target, manifest["variant"], path)
     heldout = (data if data is not None else load_regen()).subset("heldout", manifest["data"]["heldout_prompts_evaluated"])
-    feats = target_features(target, heldout, head.feature_layers)
-    report = {"command": command_line(), "commit": git_commit(),
-              **heldout_report(head, heldout, feats, list(range(len(heldout.split))))}
+    indices = list(range(len(heldout.split)))
+    if manifest["variant"] == "eagle3":
+        from ..eagle3 import load_head as load_eagle3
+        from .eagle3 import cached_layers, evaluate_eagle3  # local: train.eagle3 builds on this module
+        head = load_eagle3(target, path=path)
+        figures = heldout_report(head, heldout, target_features(target, heldout, cached_layers(target)), indices,
+                                 evaluate_eagle3)
+    else:
+        head = load_head(target, manifest["variant"], path)
+        figures = heldout_report(head, heldout, target_features(target, heldout, head.feature_layers), indices)
+    report = {"command": command_line(), "commit": git_commit(), **figures}
     write_json(manifest_path, {**manifest, "evaluation": report})
     return report
 
 
 class ChainTally:
     """Chain acceptance over chains of drafts rooted at each position: P(depths 1..d all
-    right), over chains whose every step drafts a response token, and n-alpha = chain(d) /
-    chain(d-1), EAGLE's acceptance at depth d given that the earlier drafts were accepted."""
+    right), over chains whose every step drafts a response token, and n-alpha: the share of
+    chains right at depth d among those right at depths 1..d-1, EAGLE's acceptance at depth d
+    given that the earlier drafts were accepted. Both ratios at depth d count only chains
+    that reach depth d, so n-alpha is a true conditional frequency (never above 1); dividing
+    chain(d) by chain(d-1) instead mixes two sets of chains (those near a sequence's end reach
+    only d-1)."""
 
     def __init__(self, depths: int):
-        self.hits, self.count = np.zeros(depths), np.zeros(depths)
+        self.hits, self.count, self.given = np.zeros(depths), np.zeros(depths), np.zeros(depths)
 
     def add(self, right: torch.Tensor, valid: torch.Tensor) -> None:
         """right, valid: bool [depths, n], indexed by the chain's root position."""
         for d in range(len(self.hits)):
-            ok = valid[: d + 1].all(0)
-            self.hits[d] += int((right[: d + 1].all(0) & ok).sum())
-            self.count[d] += int(ok.sum())
+            reach = valid[: d + 1].all(0)
+            earlier = right[:d].all(0) & reach
+            self.hits[d] += int((earlier & right[d]).sum())
+            self.given[d] += int(earlier.sum())
+            self.count[d] += int(reach.sum())
 
     def report(self) -> dict:
         chain = self.hits / np.maximum(self.count, 1)
         return {"heldout_chain_acceptance_by_depth": [round(float(x), 4) for x in chain],
-                "heldout_n_alpha": [round(float(chain[0]), 4)] + [
-                    round(float(chain[d] / chain[d - 1]), 4) if chain[d - 1] > 0 else None
-                    for d in range(1, len(chain))]}
+                "heldout_n_alpha": [round(float(h / g), 4) if g else None for h, g in zip(self.hits, self.given)]}
 
 
 def evaluate_head(head: EagleHead, data: RegenSet, feats: FeatureSet, indices: list[int],

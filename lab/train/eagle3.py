@@ -40,8 +40,8 @@ from ..models import load_target
 from ..paths import CACHE_DIR
 from .checkpoint import Checkpoint
 from .distill import set_lr
-from .eagle import EVAL_DEPTHS, MAX_LEN, ChainTally, FeatureSet, target_features
-from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, unique_heldout
+from .eagle import EVAL_DEPTHS, MAX_LEN, ChainTally, FeatureSet, heldout_report, target_features
+from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies
 
 STEPS = 7
 STEP_DECAY = 0.8
@@ -191,15 +191,6 @@ def evaluate_eagle3(head: Eagle3Head, data: RegenSet, feats: FeatureSet, indices
     return {"heldout_top1_agreement_by_depth": [round(float(x), 4) for x in hits / count],
             "heldout_positions": int(count[0]),
             "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]], **chains.report()}
-
-
-def heldout_report(head: Eagle3Head, data: RegenSet, feats: FeatureSet, heldout: list[int]) -> dict:
-    """`evaluate_eagle3` on the held-out prompts, and on those ShareGPT holds only once."""
-    unique = sorted(set(unique_heldout(data)) & set(heldout))
-    report = evaluate_eagle3(head, data, feats, heldout)
-    report["heldout_unique_prompts"] = {"prompts": len(unique), **({
-        k: v for k, v in evaluate_eagle3(head, data, feats, unique).items() if k != "rank_accuracy"} if unique else {})}
-    return report
 
 
 # ---- training -----------------------------------------------------------------------------
@@ -357,6 +348,6 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                           "top1_by_step": [round(float(x), 4) for x in first[steps:]]},
         "loss_last_20": {"ce_by_step": [round(float(x), 4) for x in last[:steps]],
                          "top1_by_step": [round(float(x), 4) for x in last[steps:]]},
-        **heldout_report(head, data, feature_sets[0], heldout),
+        **heldout_report(head, data, feature_sets[0], heldout, evaluate_eagle3),
     }
 
