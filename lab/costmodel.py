@@ -22,6 +22,7 @@ greedy verification of any tree is a walk down the tree along the continuation.
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -147,9 +148,11 @@ def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
 
 def node_outcomes(head: EagleHead | Eagle3Head, seqs: list[Continuation], positions: list[tuple[int, int]], depth: int,
                   top_k: int, total_tokens: int, vocab: torch.Tensor | None = None) -> list[dict]:
-    """Every drafted node whose parent the target accepted (greedy, along the known
-    continuation): its confidence, depth, rank among its siblings, and whether it was accepted.
-    The data behind EAGLE-2's calibration plot and acceptance by tree position."""
+    """Every drafted node of a dynamic tree at each position, checked greedily against the known
+    continuation: its confidence, its path confidence (the product of the confidences from the
+    root, exp of the tree's path value), depth, rank among its siblings, whether its parent
+    was accepted and whether it was. The data behind EAGLE-2's calibration plot and acceptance
+    by tree position."""
     drafter = EagleDraft(head, "dynamic", depth, top_k, total_tokens, vocab=vocab)
     out = []
     for s, i in positions:
@@ -163,16 +166,18 @@ def node_outcomes(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
         for node in range(1, len(tree)):
             parent = tree.parents[node]
             rank[parent] = rank.get(parent, -1) + 1
-            if parent in on_path:
-                out.append({"confidence": tree.confidences[node], "depth": depths[node], "rank": rank[parent],
-                            "accepted": node in on_path})
+            out.append({"confidence": tree.confidences[node], "path_confidence": math.exp(tree.values[node]),
+                        "depth": depths[node], "rank": rank[parent], "parent_accepted": parent in on_path,
+                        "accepted": node in on_path})
     return out
 
 
 def monotone(latency: dict[int, float]) -> dict[int, float]:
     """The closest non-decreasing curve to measured T(n) (least squares, pool-adjacent-
-    violators). A forward over more positions never costs less, so a dip (T(20) < T(16) on
-    a busy machine) is noise; without this the tuner would pick whichever size dipped."""
+    violators). A modelling choice, not a law: a forward over more positions can cost less
+    (notebook 01 measures T(2) < T(1) on this CPU, where one row takes a matrix-vector path),
+    but such dips are small, and a dip from timing noise (T(20) < T(16) on a busy machine)
+    would otherwise decide the tree."""
     blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
     for n in sorted(latency):
         blocks.append([latency[n], 1])

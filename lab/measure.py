@@ -1,5 +1,6 @@
 """Measurements of the target on this machine: forward latency T(k), bytes moved, FLOP/s,
-and the (tiny) numerical difference between batched and one-token-at-a-time forwards."""
+the machine's roofline (read bandwidth, matrix-multiply peak), and the (tiny) numerical
+difference between batched and one-token-at-a-time forwards."""
 from __future__ import annotations
 
 import time
@@ -24,6 +25,48 @@ def matmul_flops_per_token(model: torch.nn.Module) -> int:
     embedding lookup is a gather, not a matmul, so it is excluded even when tied."""
     n = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     return 2 * n
+
+
+def kv_cache_bytes(model: torch.nn.Module, context: int) -> int:
+    """Bytes of keys and values one sequence's forward reads from its KV cache at `context`
+    tokens: 2 (K and V) x layers x key-value heads x head size x context x element size."""
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    element = next(model.parameters()).element_size()
+    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * element
+
+
+def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """Bytes per second at which this machine reads memory: the fastest of `repeats` sums over
+    a float32 tensor far larger than the CPU caches (a sum reads every byte once and does one
+    addition per 4 bytes, so it is bound by the read, like one-token decoding)."""
+    x = torch.ones(megabytes * 2**20 // 4)
+    return x.numel() * 4 / _timed(lambda: x.sum(), repeats)
+
+
+def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 2048, repeats: int = 5) -> float:
+    """FLOP per second of one n x n by n x n matrix product (2 n^3 FLOP) in `dtype`: the
+    machine's arithmetic ceiling as the math library reaches it."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    return 2 * n**3 / _timed(lambda: a @ b, repeats)
+
+
+@torch.inference_mode()
+def linear_latency(model: torch.nn.Module, ks: list[int], repeats: int = 5) -> dict[int, float]:
+    """Seconds (fastest of `repeats`) of only the weight matrix products of one forward over k
+    rows: every linear layer of the model, the LM head included, on random inputs. The rest of
+    T(k) is attention, norms, activations and Python/framework overhead."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    dtype = linears[0].weight.dtype
+    out = {}
+    for k in ks:
+        inputs = [torch.randn(k, m.in_features, dtype=dtype) for m in linears]
+
+        def products() -> None:
+            for m, x in zip(linears, inputs):
+                torch.nn.functional.linear(x, m.weight)
+        out[k] = _timed(products, repeats)
+    return out
 
 
 def _timed(fn, repeats: int, warmup: int = 3) -> float:

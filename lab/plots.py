@@ -8,6 +8,7 @@ import matplotlib
 if not matplotlib.get_backend().lower().startswith(("module://", "nbagg")):
     matplotlib.use("Agg")  # the command line has no display; notebooks keep their inline backend
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
 
 def plot_bench(result: dict, path: str | Path | None = None):
@@ -32,5 +33,28 @@ def plot_bench(result: dict, path: str | Path | None = None):
     fig.tight_layout()
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_by_depth(reports: dict[str, dict], path: str | Path | None = None, title: str = ""):
+    """Held-out top-1 agreement and n-alpha by draft depth, one line per head (notebook 06).
+    `reports` maps a label to an `evaluate_head`/`evaluate_eagle3` report; labels containing
+    "shipped" are drawn dashed."""
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
+    for i, (label, r) in enumerate(reports.items()):
+        d = np.arange(1, len(r["heldout_top1_agreement_by_depth"]) + 1)
+        style = "o--" if "shipped" in label else "o-"
+        ax[0].plot(d, r["heldout_top1_agreement_by_depth"], style, color=f"C{i}", label=label)
+        ax[1].plot(d, [np.nan if x is None else x for x in r["heldout_n_alpha"]], style, color=f"C{i}", label=label)
+        ax[0].set_xticks(d)
+    ax[0].set(xlabel="draft depth d", ylabel="top-1 agreement with the target",
+              title="Accuracy after d-1 of the head's own states")
+    ax[1].set(xlabel="draft depth n", ylabel="n-α  (acceptance given depths < n accepted)", title="EAGLE's n-α")
+    ax[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
         fig.savefig(path, dpi=120)
     return fig

@@ -16,12 +16,25 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return gamma + 1.0 if alpha >= 1.0 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
-def walltime_improvement(alpha: float, gamma: int, c: float) -> float:
+def walltime_improvement(alpha: float, gamma: int, c: float, verify: float = 1.0) -> float:
     """Speed-up over AR when one draft call costs c target calls:
-    (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))."""
-    return expected_tokens(alpha, gamma) / (gamma * c + 1)
+    (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + verify)). `verify` is the cost of the
+    target's forward over gamma + 1 positions in one-position forwards, T(gamma+1) / T(1):
+    Leviathan et al. assume 1 (positions scored in parallel are free), which notebook 01
+    shows a CPU does not give."""
+    return expected_tokens(alpha, gamma) / (gamma * c + verify)
 
 
-def optimal_gamma(alpha: float, c: float, max_gamma: int = 32) -> int:
-    """The gamma in 0..max_gamma with the largest walltime improvement."""
-    return max(range(max_gamma + 1), key=lambda g: walltime_improvement(alpha, g, c))
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 32, verify=None) -> int:
+    """The gamma in 0..max_gamma with the largest walltime improvement; `verify(gamma)` gives
+    T(gamma+1) / T(1) (default: 1 for every gamma, Leviathan's assumption)."""
+    return max(range(max_gamma + 1),
+               key=lambda g: walltime_improvement(alpha, g, c, 1.0 if verify is None else verify(g)))
+
+
+def operations_factor(alpha: float, gamma: int, c_hat: float) -> float:
+    """Leviathan et al., Theorem 3.11: the expected factor by which speculative decoding
+    multiplies the total arithmetic, when one draft step does c_hat of a target step's
+    operations: (1 - alpha)(gamma c_hat + gamma + 1) / (1 - alpha^(gamma+1)). Above 1:
+    speculation trades extra arithmetic (rejected drafts are scored too) for fewer serial steps."""
+    return (gamma * c_hat + gamma + 1) / expected_tokens(alpha, gamma)
