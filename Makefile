@@ -30,13 +30,12 @@ test: setup
 	$(PYTEST) tests
 	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 notebooks
 
-# Every notebook at full size; figures land in figures/. Executed copies go to .cache/, never committed.
+# Every notebook at full size; figures land in figures/, each notebook's time and figures in
+# figures/manifest.json. Executed copies go to .cache/executed, never committed. One notebook:
+# `.venv/bin/python -m lab.figures notebooks/01_autoregressive_cost.ipynb`.
 figures: setup
-	mkdir -p .cache/executed
-	for nb in notebooks/*.ipynb; do \
-		$(VENV)/bin/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=3600 \
-			--output-dir .cache/executed "$$nb" || exit 1; \
-	done
+	$(PY) -m lab.figures
+	$(PY) -m lab.results
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

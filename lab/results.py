@@ -3,8 +3,10 @@
 Why generated: numbers copied into prose by hand go stale as soon as a benchmark is rerun or a
 head retrained. Each benchmark JSON (`python -m lab bench --json ...`) and each artifact's
 manifest already records the command, commit and machine that produced it, so the page is
-rendered from those files alone, and a test fails when the committed page differs from a fresh
-render. After rerunning anything: `python -m lab.results` (or `make results`)."""
+rendered from those files alone (and `figures/manifest.json`, which `make figures` writes, for
+the notebooks' full-size times, also shown in a generated line of the README's notebook map),
+and a test fails when the committed page differs from a fresh render. After rerunning
+anything: `python -m lab.results` (or `make results`)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +14,8 @@ from pathlib import Path
 
 from .artifacts import atomic_write, repo_path
 from .bench import format_table
+from .errors import LabError
+from .figures import load_manifest
 from .paths import DATA_DIR, ROOT
 
 RESULTS_DIR = DATA_DIR / "results"
@@ -30,6 +34,7 @@ KEY_FIGURES = ("steps", "budget_minutes", "cpu_budget_minutes", "train.response_
                "heldout_top1_agreement", "heldout_top1_agreement_by_depth",
                "evaluation.heldout_top1_agreement_by_depth", "evaluation.heldout_n_alpha",
                "evaluation.heldout_unique_prompts.heldout_top1_agreement_by_depth")
+README_START, README_END = "<!-- notebook-times:start -->", "<!-- notebook-times:end -->"
 TREE_COLUMNS = ("depth", "top_k", "total_tokens", "draft_vocab", "predicted_tau", "predicted_speedup")
 
 
@@ -114,8 +119,49 @@ def _tree_choices() -> list[str]:
     return lines + [""]
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def _notebooks() -> list[str]:
+    entries = load_manifest()["notebooks"]
+    lines = ["## Notebooks at full size", "", "Each notebook's last full-size run (`make figures`, i.e. "
+             "`python -m lab.figures`), from `figures/manifest.json`.", ""]
+    if not entries:
+        return lines + ["No full-size run recorded yet.", ""]
+    lines += ["| notebook | wall time | figures it wrote | commit | machine |", "|---|---|---|---|---|"]
+    for name in sorted(entries):
+        e = entries[name]
+        m = e.get("machine", {})
+        lines.append(f"| `{name}` | {_minutes(e['seconds'])} | {', '.join(f'`{f}`' for f in e['figures'])} | "
+                     f"{_commit(e)} | {m.get('cpu', '?')}, {m.get('cores', '?')} cores |")
+    return lines + [""]
+
+
+def render_notebook_times() -> str:
+    """The README's generated line under the notebook map: each notebook's full-size time."""
+    entries = load_manifest()["notebooks"]
+    if not entries:
+        return "Full-size run times: none recorded yet (`make figures` records them)."
+    cpus = sorted({f"{e['machine'].get('cpu', '?')}, {e['machine'].get('cores', '?')} cores"
+                   for e in entries.values() if "machine" in e})
+    times = ", ".join(f"`{name[:2]}` {_minutes(entries[name]['seconds'])}" for name in sorted(entries))
+    return (f"Full-size run times (`make figures` on {'; '.join(cpus)}; details in "
+            f"[RESULTS.md](RESULTS.md#notebooks-at-full-size)): {times}.")
+
+
+def render_readme(text: str) -> str:
+    """`text` (the README) with the block between the notebook-times markers re-rendered."""
+    if README_START not in text or README_END not in text:
+        raise LabError(f"README.md lacks the markers {README_START} ... {README_END} under the notebook map")
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    return f"{head}{README_START}\n{render_notebook_times()}\n{README_END}{tail}"
+
+
 def render_results() -> str:
-    """The whole page, from the JSON files under data/ (nothing else: no clock, no git)."""
+    """The whole page, from the JSON files under data/ and figures/manifest.json (nothing else:
+    no clock, no git)."""
     benches, skipped = [], []
     for path in bench_files():
         result = _load(path)
@@ -133,13 +179,15 @@ def render_results() -> str:
                   + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
     lines += [f"Not listed: {', '.join(f'`data/results/{n}`' for n in NOT_LISTED)} (`make demo` rewrites it "
               "on every run).", ""]
-    return "\n".join(lines + _catalogue() + _tree_choices()).rstrip() + "\n"
+    return "\n".join(lines + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
 
 
-def write_results(path: Path = ROOT / "RESULTS.md") -> Path:
-    """Render the page and write it atomically (temporary file, then rename)."""
-    text = render_results()
+def write_results(path: Path = ROOT / "RESULTS.md", readme: Path = ROOT / "README.md") -> Path:
+    """Render the page and the README's generated block; write both atomically (temporary
+    file, then rename)."""
+    text, readme_text = render_results(), render_readme(readme.read_text())
     atomic_write(path, lambda tmp: tmp.write_text(text))
+    atomic_write(readme, lambda tmp: tmp.write_text(readme_text))
     return path
 
 

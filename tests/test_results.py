@@ -5,7 +5,7 @@ import pytest
 
 from lab.bench import format_table
 from lab.paths import DATA_DIR, ROOT
-from lab.results import NOT_LISTED, RESULTS_DIR, render_results
+from lab.results import NOT_LISTED, RESULTS_DIR, render_readme, render_results
 
 PAGE = render_results()
 BENCHES = [p for p in sorted(RESULTS_DIR.glob("*.json"))
@@ -46,3 +46,14 @@ def test_every_tree_choice_is_listed():
 def test_committed_page_is_up_to_date():
     committed = (ROOT / "RESULTS.md").read_text() if (ROOT / "RESULTS.md").exists() else ""
     assert committed == PAGE, "RESULTS.md is stale: run `python -m lab.results` (or `make results`)"
+
+
+def test_committed_readme_block_is_up_to_date():
+    readme = (ROOT / "README.md").read_text()
+    assert render_readme(readme) == readme, "README.md's notebook times are stale: run `python -m lab.results`"
+
+
+def test_a_readme_without_the_markers_is_refused_in_one_line():
+    from lab.errors import LabError
+    with pytest.raises(LabError, match="lacks the markers"):
+        render_readme("# a README without the generated block\n")

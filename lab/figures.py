@@ -1,0 +1,84 @@
+"""`make figures`: execute notebooks at full size, time each, and record which figures it wrote.
+
+Why a manifest: a figure in `figures/` is only worth showing if one can tell which notebook run
+drew it, on which machine and commit, and how long that run takes (a teacher plans a session
+around it). `python -m lab.figures [NOTEBOOK ...]` runs the given notebooks (default: all) with
+nbclient, writes the executed copies to `.cache/executed/` (never committed), and updates
+`figures/manifest.json`: per notebook the wall seconds, the figures whose files it wrote, the
+command, commit and machine. Running one notebook updates its entry only. `python -m
+lab.results` renders the times into RESULTS.md and the README's notebook map."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .artifacts import command_line, git_commit, machine, repo_path, write_json
+from .errors import LabError
+from .paths import CACHE_DIR, FIGURES_DIR, ROOT, fast_mode
+
+NOTEBOOKS_DIR = ROOT / "notebooks"
+MANIFEST = FIGURES_DIR / "manifest.json"
+
+
+def _figure_times() -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in FIGURES_DIR.glob("*.png")}
+
+
+def run_notebook(path: Path, timeout: int = 3600) -> dict:
+    """Execute one notebook in its own folder; return its wall seconds and the figures it wrote."""
+    import nbformat
+    from nbclient import NotebookClient
+    before = _figure_times()
+    notebook = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    seconds = time.perf_counter() - start
+    out = CACHE_DIR / "executed"
+    out.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, out / path.name)
+    written = sorted(p.name for p, t in _figure_times().items() if before.get(p) != t)
+    return {"seconds": round(seconds, 1), "figures": written}
+
+
+def load_manifest() -> dict:
+    return json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {"notebooks": {}}
+
+
+def run(paths: list[Path], timeout: int = 3600) -> dict:
+    """Run `paths` in order; after each, merge its entry into figures/manifest.json (written
+    atomically, so an interrupted run keeps the notebooks that finished)."""
+    if fast_mode():
+        raise LabError("LAB_FAST is set: `make figures` draws full-size figures; unset it (fast-mode figures go "
+                       "to .cache/figures-fast and are not recorded)")
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise LabError(f"no such notebook: {', '.join(missing)} (they live in notebooks/)")
+    manifest = load_manifest()
+    for path in paths:
+        print(f"running {repo_path(path)} ...", flush=True)
+        entry = run_notebook(path, timeout)
+        manifest["notebooks"][path.stem] = {**entry, "command": command_line(), "commit": git_commit(),
+                                            "machine": machine()}
+        write_json(MANIFEST, manifest)
+        print(f"  {entry['seconds']:.0f} s, figures: {', '.join(entry['figures']) or 'none'}", flush=True)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lab.figures", description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", help="notebook files (default: every notebooks/*.ipynb)")
+    parser.add_argument("--timeout", type=int, default=3600, help="seconds per cell (default 3600)")
+    args = parser.parse_args(argv)
+    paths = [Path(p).resolve() for p in args.notebooks] or sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+    try:
+        run(paths, args.timeout)
+    except LabError as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()
