@@ -5,7 +5,7 @@ drew it, on which machine and commit, and how long that run takes (a teacher pla
 around it). `python -m lab.figures [NOTEBOOK ...]` runs the given notebooks (default: all) with
 nbclient, writes the executed copies to `.cache/executed/` (never committed), and updates
 `figures/manifest.json`: per notebook the wall seconds, the figures whose files it wrote, the
-command, commit and machine. Running one notebook updates its entry only. `python -m
+command, commit, machine and date. Running one notebook updates its entry only. `python -m
 lab.results` renders the times into RESULTS.md and the README's notebook map."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from .artifacts import command_line, git_commit, machine, repo_path, write_json
@@ -62,7 +63,8 @@ def run(paths: list[Path], timeout: int = 3600) -> dict:
         print(f"running {repo_path(path)} ...", flush=True)
         entry = run_notebook(path, timeout)
         manifest["notebooks"][path.stem] = {**entry, "command": command_line(), "commit": git_commit(),
-                                            "machine": machine()}
+                                            "machine": machine(),
+                                            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json(MANIFEST, manifest)
         print(f"  {entry['seconds']:.0f} s, figures: {', '.join(entry['figures']) or 'none'}", flush=True)
     return manifest
