@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data demo test figures lab bench bench-eagle bench-eagle-bf16 bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-eagle3 clean-cache gpu-check results
+.PHONY: setup setup-data demo test figures exercises lab bench bench-eagle bench-eagle-bf16 bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-eagle3 clean-cache gpu-check results
 
 setup: $(STAMP)
 
@@ -25,10 +25,11 @@ demo: setup
 	$(PY) -m lab bench --methods ar,sd --dataset mt_bench --limit 4 --max-new-tokens 64 \
 		--json data/results/demo.json --figure figures/demo_speed.png
 
-# The whole suite, then every notebook in fast mode (LAB_FAST=1).
+# The whole suite (it also checks the exercise copies are in sync), then every notebook in fast
+# mode (LAB_FAST=1); the student copies in notebooks/exercises are stubs, so they are not run.
 test: setup
 	$(PYTEST) tests
-	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 notebooks
+	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 notebooks --ignore=notebooks/exercises
 
 # Every notebook at full size; figures land in figures/, each notebook's time and figures in
 # figures/manifest.json. Executed copies go to .cache/executed, never committed. One notebook:
@@ -36,6 +37,10 @@ test: setup
 figures: setup
 	$(PY) -m lab.figures
 	$(PY) -m lab.results
+
+# Student copies of the notebooks with exercises (solution cells stubbed) in notebooks/exercises
+exercises: setup
+	$(PY) -m lab.exercises
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

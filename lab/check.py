@@ -1,0 +1,128 @@
+"""Checks for the notebooks' exercises: a student's function against the lab's reference.
+
+Each `check_*` runs the same kind of test the suite uses on the reference (exact agreement on
+seeded random cases, the edge cases the known bugs live in, a statistical losslessness test)
+and raises `ExerciseError` with a message that says what went wrong and where to look; on
+success it prints one line. The student copies that `make exercises` writes
+(`notebooks/exercises/`) call them right after the cell the student fills in."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
+
+from .trees import DraftTree
+from .verify import verify_chain
+
+
+class ExerciseError(AssertionError):
+    """A student's function disagrees with the reference; the message says how."""
+
+
+def _result(out) -> tuple[int, list[int]]:
+    """A student's chain result as (n_accepted, tokens): a ChainResult or a plain pair."""
+    if hasattr(out, "n_accepted"):
+        return int(out.n_accepted), [int(t) for t in out.tokens]
+    n, tokens = out
+    return int(n), [int(t) for t in tokens]
+
+
+def _case(g: torch.Generator, k: int, vocab: int, one_hot: bool):
+    p = torch.softmax(torch.randn(k + 1, vocab, generator=g) * 1.5, -1)
+    q = None if one_hot else torch.softmax(torch.randn(k, vocab, generator=g) * 1.5, -1)
+    draft = (torch.randint(0, vocab, (k,), generator=g) if one_hot else
+             torch.multinomial(q, 1, generator=g)[:, 0]).tolist()
+    return draft, q, p, torch.rand(k, generator=g), torch.empty(vocab).exponential_(generator=g)
+
+
+def check_verify_chain(fn: Callable, cases: int = 300, samples: int = 20_000, seed: int = 0) -> None:
+    """`fn(draft, q, p, uniforms, noise)` must make exactly the decisions of
+    `lab.verify.verify_chain` (notebook 02): accept draft i when uniforms[i] * q[i, x] < p[i, x]
+    (q None: one-hot drafts, q(x) = 1), else emit race(max(0, p - q), noise) and stop; after K
+    acceptances emit race(p[K], noise). Then its first emitted token must follow p[0]."""
+    g = torch.Generator().manual_seed(seed)
+    # the edge cases first: the bugs that hide in them are the classic ones
+    p = torch.tensor([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]])
+    q = torch.tensor([[0.2, 0.4, 0.4]])
+    noise = torch.ones(3)
+    n, tokens = _result(fn([0], q, p, torch.zeros(1), noise))
+    if n != 0:
+        raise ExerciseError("accepted a draft the target gives probability 0 (u = 0, p(x) = 0): "
+                            "compare u * q(x) < p(x) with a strict '<'")
+    same = torch.tensor([[0.3, 0.3, 0.4], [0.2, 0.3, 0.5]])
+    out = _result(fn([2], same[:1], same, torch.ones(1), noise))
+    if out != _result(verify_chain([2], same[:1], same, torch.ones(1), noise)):
+        raise ExerciseError("p == q and the draft was rejected (u = 1): the residual max(0, p - q) is all zero, "
+                            "so sample from p instead (the reference emits "
+                            f"{_result(verify_chain([2], same[:1], same, torch.ones(1), noise))[1]}, you emitted {out[1]})")
+    for case in range(cases):
+        k, one_hot = 1 + case % 4, case % 3 == 0
+        draft, q, p, u, noise = _case(g, k, 8, one_hot)
+        want, got = _result(verify_chain(draft, q, p, u, noise)), _result(fn(draft, q, p, u, noise))
+        if got != want:
+            where = ("after accepting all drafts (the bonus token comes from p[K])" if want[0] == k else
+                     f"at draft {want[0]}, where the reference rejects and draws from the residual max(0, p - q)"
+                     if got[0] == want[0] else "in how many drafts are accepted (u * q(x) < p(x))")
+            raise ExerciseError(f"case {case} ({'one-hot drafts, q None' if one_hot else 'sampled drafts'}, K={k}): "
+                                f"the reference gives {want}, you gave {got}; they part {where}")
+    counts = np.zeros(8)
+    draft_q = torch.softmax(torch.randn(1, 8, generator=g), -1)
+    target_p = torch.softmax(torch.randn(2, 8, generator=g) * 1.5, -1)
+    for _ in range(samples):
+        x = int(torch.multinomial(draft_q[0], 1, generator=g))
+        _, tokens = _result(fn([x], draft_q, target_p, torch.rand(1, generator=g),
+                               torch.empty(8).exponential_(generator=g)))
+        counts[tokens[0]] += 1
+    expected = target_p[0].double().numpy()
+    pvalue = chisquare(counts, expected / expected.sum() * samples).pvalue
+    if pvalue < 1e-3:
+        raise ExerciseError(f"the first emitted token does not follow the target's p (chi-square p-value {pvalue:.1e} "
+                            f"over {samples} cycles): the output is not lossless")
+    print(f"verify_chain: agrees with lab.verify on {cases} random cases and the edge cases; lossless over "
+          f"{samples} cycles (chi-square p-value {pvalue:.2f})")
+
+
+def check_eagle_input(fn: Callable, embed: torch.nn.Module, seed: int = 0) -> None:
+    """`fn(features, ids, embed)` with features [T, H] (the target's top feature at positions
+    0..T-1) and ids [T+1] must return EAGLE-1's input pairs [T, 2H]: row t is f_t concatenated
+    with the embedding of x_{t+1}, the token one step ahead (notebook 04)."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = embed.weight.shape[1]
+    features = torch.randn(6, hidden, generator=g)
+    ids = torch.randint(0, embed.weight.shape[0], (7,), generator=g)
+    with torch.no_grad():
+        want = torch.cat([features, embed(ids[1:])], -1)
+        got = fn(features, ids, embed)
+        if tuple(got.shape) != tuple(want.shape):
+            raise ExerciseError(f"expected shape {tuple(want.shape)} (T pairs of [feature, token embedding]), "
+                                f"got {tuple(got.shape)}")
+        if torch.equal(got, torch.cat([features, embed(ids[:-1])], -1)):
+            raise ExerciseError("you paired f_t with x_t; EAGLE pairs it with x_{t+1}, the token one step ahead "
+                                "(the token sampled from f_t's own distribution)")
+        if torch.equal(got, torch.cat([embed(ids[1:]), features], -1)):
+            raise ExerciseError("the halves are swapped: the feature comes first, then the token embedding")
+        if not torch.equal(got, want):
+            raise ExerciseError("the pairs differ from [f_t, embed(x_{t+1})] for t = 0..T-1")
+    print("eagle_input: the pairs are [f_t, embed(x_{t+1})], as EAGLE-1's head reads them")
+
+
+def check_ancestor_mask(fn: Callable, trees: int = 200, seed: int = 0) -> None:
+    """`fn(parents)` (parents[0] = -1, every parent before its child) must return a bool
+    [N, N] mask with mask[i, j] true iff node j is node i or one of its ancestors (notebook 05)."""
+    rng = np.random.default_rng(seed)
+    for case in range(trees):
+        n = int(rng.integers(1, 20))
+        parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+        want = DraftTree([0] * n, parents).ancestor_mask()
+        got = torch.as_tensor(fn(parents)).bool()
+        if tuple(got.shape) != (n, n):
+            raise ExerciseError(f"parents {parents}: expected a [{n}, {n}] mask, got {tuple(got.shape)}")
+        if not torch.equal(got, want):
+            i, j = [int(v) for v in torch.nonzero(got != want)[0]]
+            what = ("a node must see itself" if i == j else
+                    f"node {j} is an ancestor of node {i}, so node {i} must see it" if want[i, j] else
+                    f"node {j} is not an ancestor of node {i} (a sibling, cousin or descendant): hide it")
+            raise ExerciseError(f"parents {parents}: mask[{i}, {j}] is {bool(got[i, j])}; {what}")
+    print(f"ancestor_mask: equals DraftTree.ancestor_mask on {trees} random trees")

@@ -1,0 +1,119 @@
+"""`make exercises`: student copies of the notebooks, with the solution cells turned into stubs.
+
+A teacher marks a code cell with the tag `solution`. It holds one or more functions (the
+reference answer, written out for teaching; the lab's own implementation stays in `lab/`), and
+the cell after it calls a `lab.check` function on them. The student copy in
+`notebooks/exercises/` keeps each function's signature and docstring and replaces its body with
+`raise NotImplementedError`, drops every output, and tags the cell `exercise`; everything else
+is unchanged, so the check cell tells the student when the answer is right. `python -m
+lab.exercises --check` fails when a committed copy is out of date (CI runs it)."""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import sys
+from pathlib import Path
+
+import nbformat
+
+from .artifacts import atomic_write
+from .errors import LabError
+from .paths import ROOT
+
+NOTEBOOKS_DIR = ROOT / "notebooks"
+EXERCISES_DIR = NOTEBOOKS_DIR / "exercises"
+SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
+STUB = 'raise NotImplementedError("exercise: write this function, then run the check in the next cell")'
+
+
+def stub_functions(source: str) -> str:
+    """Every top-level function of `source` with its body replaced by the stub (signature and
+    docstring kept); a solution cell holds nothing else."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    kept = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            raise LabError(f"a `{SOLUTION_TAG}` cell may hold only functions; line {node.lineno} is a "
+                           f"{type(node).__name__}: move it to another cell")
+        first = node.body[0]
+        has_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+            first.value.value, str)
+        start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
+        end = first.end_lineno if has_doc else first.lineno - 1
+        indent = " " * first.col_offset
+        kept.append("\n".join(lines[start:end] + [indent + STUB]))
+    return "\n\n\n".join(kept)
+
+
+def solution_cells(notebook) -> list:
+    return [c for c in notebook.cells if c.cell_type == "code" and SOLUTION_TAG in c.metadata.get("tags", [])]
+
+
+def student_copy(notebook):
+    """The notebook with every solution cell stubbed and tagged `exercise`, outputs dropped."""
+    out = copy.deepcopy(notebook)
+    for cell in out.cells:
+        if cell.cell_type != "code":
+            continue
+        cell.outputs, cell.execution_count = [], None
+        tags = cell.metadata.get("tags", [])
+        if SOLUTION_TAG in tags:
+            cell.source = stub_functions(cell.source)
+            cell.metadata["tags"] = [EXERCISE_TAG if t == SOLUTION_TAG else t for t in tags]
+    return out
+
+
+def render(path: Path) -> str | None:
+    """The student copy of the notebook at `path` as text, or None when it has no exercise."""
+    notebook = nbformat.read(path, as_version=4)
+    if not solution_cells(notebook):
+        return None
+    return nbformat.writes(student_copy(notebook)) + "\n"
+
+
+def stale(source_dir: Path = NOTEBOOKS_DIR, out_dir: Path = EXERCISES_DIR) -> list[str]:
+    """Copies that are missing, differ from a fresh render, or have no notebook any more."""
+    wanted = {p.name: render(p) for p in sorted(source_dir.glob("*.ipynb"))}
+    wanted = {name: text for name, text in wanted.items() if text is not None}
+    problems = [name for name, text in wanted.items()
+                if not (out_dir / name).exists() or (out_dir / name).read_text() != text]
+    problems += [p.name for p in sorted(out_dir.glob("*.ipynb")) if p.name not in wanted]
+    return problems
+
+
+def write(source_dir: Path = NOTEBOOKS_DIR, out_dir: Path = EXERCISES_DIR) -> list[Path]:
+    """Write every student copy (atomically) and remove copies whose notebook has no exercise."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(source_dir.glob("*.ipynb")):
+        text = render(path)
+        target = out_dir / path.name
+        if text is None:
+            target.unlink(missing_ok=True)
+            continue
+        atomic_write(target, lambda tmp, text=text: tmp.write_text(text))
+        written.append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lab.exercises", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a committed student copy is out of date")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            problems = stale()
+            if problems:
+                sys.exit(f"error: student copies out of date: {', '.join(problems)}; run `make exercises`")
+            print("student copies are up to date")
+        else:
+            for path in write():
+                print(path.relative_to(ROOT))
+    except LabError as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

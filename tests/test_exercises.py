@@ -1,0 +1,103 @@
+"""Teaching mode: the student copies are in sync, the reference solutions pass their checks,
+wrong solutions fail them with a message that points at the mistake, and a stub is a stub."""
+import nbformat
+import pytest
+import torch
+
+from lab.check import ExerciseError, check_ancestor_mask, check_eagle_input, check_verify_chain
+from lab.errors import LabError
+from lab.exercises import EXERCISES_DIR, NOTEBOOKS_DIR, solution_cells, stale, stub_functions, student_copy
+
+
+def solutions() -> dict:
+    """Every function the notebooks' solution cells define, by name."""
+    namespace = {"torch": torch}
+    for path in sorted(NOTEBOOKS_DIR.glob("*.ipynb")):
+        for cell in solution_cells(nbformat.read(path, as_version=4)):
+            exec(cell.source, namespace)
+    return namespace
+
+
+REFERENCE = solutions()
+
+
+def test_the_committed_student_copies_are_up_to_date():
+    assert stale() == [], "run `make exercises`"
+
+
+def test_notebooks_02_04_05_have_exercises_and_their_copies_are_stubs():
+    names = {p.name[:2] for p in EXERCISES_DIR.glob("*.ipynb")}
+    assert {"02", "04", "05"} <= names
+    for path in EXERCISES_DIR.glob("*.ipynb"):
+        notebook = nbformat.read(path, as_version=4)
+        assert not solution_cells(notebook)
+        for cell in notebook.cells:
+            if "exercise" in cell.metadata.get("tags", []):
+                namespace = {"torch": torch}
+                exec(cell.source, namespace)
+                function = next(v for k, v in namespace.items() if callable(v) and k != "torch")
+                with pytest.raises(NotImplementedError, match="exercise"):
+                    function(*([None] * function.__code__.co_argcount))
+
+
+def test_the_reference_solutions_pass(tiny):
+    check_verify_chain(REFERENCE["my_verify_chain"], samples=4000)
+    check_eagle_input(REFERENCE["eagle_input"], tiny.model.embed_tokens)
+    check_ancestor_mask(REFERENCE["ancestor_mask"])
+
+
+def test_resampling_from_p_after_a_rejection_fails_the_chain_check():
+    def from_p(draft, q, p, uniforms, noise):
+        for i, x in enumerate(draft):
+            if uniforms[i] * (1.0 if q is None else q[i, x]) < p[i, x]:
+                continue
+            return i, list(draft[:i]) + [int(torch.argmax(p[i] / noise))]  # the classic bug
+        return len(draft), list(draft) + [int(torch.argmax(p[len(draft)] / noise))]
+    with pytest.raises(ExerciseError, match="residual"):
+        check_verify_chain(from_p, samples=2000)
+
+
+def test_a_non_strict_comparison_fails_the_chain_check():
+    def non_strict(draft, q, p, uniforms, noise):
+        for i, x in enumerate(draft):
+            if uniforms[i] * (1.0 if q is None else q[i, x]) <= p[i, x]:  # "<=" accepts p(x) = 0 when u = 0
+                continue
+            return i, list(draft[:i]) + [int(torch.argmax(p[i] / noise))]
+        return len(draft), list(draft) + [int(torch.argmax(p[len(draft)] / noise))]
+    with pytest.raises(ExerciseError, match="strict"):
+        check_verify_chain(non_strict, samples=100)
+
+
+def test_pairing_f_t_with_x_t_fails_the_eagle_input_check(tiny):
+    with pytest.raises(ExerciseError, match="one step ahead"):
+        check_eagle_input(lambda f, ids, embed: torch.cat([f, embed(ids[:-1])], -1), tiny.model.embed_tokens)
+
+
+def test_a_parent_only_mask_fails_the_ancestor_check():
+    def parent_only(parents):
+        mask = torch.eye(len(parents), dtype=torch.bool)
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                mask[i, parent] = True
+        return mask
+    with pytest.raises(ExerciseError, match="is an ancestor of node"):
+        check_ancestor_mask(parent_only)
+
+
+def test_stubs_keep_signature_and_docstring_and_refuse_other_statements():
+    source = 'def f(a, b=2):\n    """Doc."""\n    return a + b\n\n\ndef g(x):\n    return x\n'
+    stubbed = stub_functions(source)
+    assert 'def f(a, b=2):\n    """Doc."""\n    raise NotImplementedError' in stubbed
+    assert "def g(x):\n    raise NotImplementedError" in stubbed and "return" not in stubbed
+    with pytest.raises(LabError, match="only functions"):
+        stub_functions("x = 1\n")
+
+
+def test_a_student_copy_drops_outputs_and_retags():
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("def f():\n    return 1", metadata={"tags": ["solution"]}),
+        nbformat.v4.new_code_cell("print(f())")])
+    notebook.cells[1].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    copy = student_copy(notebook)
+    assert copy.cells[0].metadata["tags"] == ["exercise"] and "NotImplementedError" in copy.cells[0].source
+    assert copy.cells[1].outputs == [] and copy.cells[1].source == "print(f())"
