@@ -175,7 +175,7 @@ def node_outcomes(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
 def monotone(latency: dict[int, float]) -> dict[int, float]:
     """The closest non-decreasing curve to measured T(n) (least squares, pool-adjacent-
     violators). A modelling choice, not a law: a forward over more positions can cost less
-    (notebook 01 measures T(2) < T(1) on this CPU, where one row takes a matrix-vector path),
+    (notebook 01 shows T(n) need not be monotone: few-row products take other code paths),
     but such dips are small, and a dip from timing noise (T(20) < T(16) on a busy machine)
     would otherwise decide the tree."""
     blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
