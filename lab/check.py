@@ -47,16 +47,15 @@ def check_verify_chain(fn: Callable, cases: int = 300, samples: int = 20_000, se
     p = torch.tensor([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]])
     q = torch.tensor([[0.2, 0.4, 0.4]])
     noise = torch.ones(3)
-    n, tokens = _result(fn([0], q, p, torch.zeros(1), noise))
+    n, _ = _result(fn([0], q, p, torch.zeros(1), noise))
     if n != 0:
         raise ExerciseError("accepted a draft the target gives probability 0 (u = 0, p(x) = 0): "
                             "compare u * q(x) < p(x) with a strict '<'")
     same = torch.tensor([[0.3, 0.3, 0.4], [0.2, 0.3, 0.5]])
-    out = _result(fn([2], same[:1], same, torch.ones(1), noise))
-    if out != _result(verify_chain([2], same[:1], same, torch.ones(1), noise)):
+    want, got = (_result(f([2], same[:1], same, torch.ones(1), noise)) for f in (verify_chain, fn))
+    if got != want:
         raise ExerciseError("p == q and the draft was rejected (u = 1): the residual max(0, p - q) is all zero, "
-                            "so sample from p instead (the reference emits "
-                            f"{_result(verify_chain([2], same[:1], same, torch.ones(1), noise))[1]}, you emitted {out[1]})")
+                            f"so sample from p instead (the reference emits {want[1]}, you emitted {got[1]})")
     for case in range(cases):
         k, one_hot = 1 + case % 4, case % 3 == 0
         draft, q, p, u, noise = _case(g, k, 8, one_hot)

@@ -6,7 +6,8 @@ the cell after it calls a `lab.check` function on them. The student copy in
 `notebooks/exercises/` keeps each function's signature and docstring and replaces its body with
 `raise NotImplementedError`, drops every output, and tags the cell `exercise`; everything else
 is unchanged, so the check cell tells the student when the answer is right. `python -m
-lab.exercises --check` fails when a committed copy is out of date (CI runs it)."""
+lab.exercises --check` fails when a committed copy is out of date (`tests/test_exercises.py`
+makes the same check in `make test`)."""
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,8 @@ import nbformat
 
 from .artifacts import atomic_write
 from .errors import LabError
-from .paths import ROOT
+from .paths import NOTEBOOKS_DIR, ROOT
 
-NOTEBOOKS_DIR = ROOT / "notebooks"
 EXERCISES_DIR = NOTEBOOKS_DIR / "exercises"
 SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
 STUB = 'raise NotImplementedError("exercise: write this function, then run the check in the next cell")'

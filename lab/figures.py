@@ -18,9 +18,8 @@ from pathlib import Path
 
 from .artifacts import command_line, git_commit, machine, repo_path, write_json
 from .errors import LabError
-from .paths import CACHE_DIR, FIGURES_DIR, ROOT, fast_mode
+from .paths import CACHE_DIR, FIGURES_DIR, NOTEBOOKS_DIR, fast_mode
 
-NOTEBOOKS_DIR = ROOT / "notebooks"
 MANIFEST = FIGURES_DIR / "manifest.json"
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "data"          # small shipped artifacts (token ids, drafts, manifests, results)
 FIGURES_DIR = ROOT / "figures"
+NOTEBOOKS_DIR = ROOT / "notebooks"
 CACHE_DIR = Path(os.environ.get("LAB_CACHE", ROOT / ".cache"))  # big rebuildable caches, gitignored
 
 

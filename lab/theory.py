@@ -5,6 +5,11 @@ from __future__ import annotations
 import torch
 
 
+# Leviathan et al. (2023), Table 1: speed-up at c = 0 for (alpha, gamma), the paper's values
+# (notebook 02 and tests/test_theory.py compare the formula against them)
+PAPER_TABLE_1 = {(0.8, 5): 3.69, (0.9, 10): 6.86}
+
+
 def acceptance_rate(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """alpha = sum_x min(p(x), q(x)) = 1 - TV(p, q), per row."""
     return torch.minimum(p, q).sum(-1)

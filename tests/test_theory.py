@@ -2,9 +2,7 @@
 the price of a verification forward that is not free."""
 import pytest
 
-from lab.theory import expected_tokens, operations_factor, optimal_gamma, walltime_improvement
-
-PAPER_TABLE_1 = {(0.8, 5): 3.69, (0.9, 10): 6.86}  # Leviathan et al., c = 0
+from lab.theory import PAPER_TABLE_1, expected_tokens, operations_factor, optimal_gamma, walltime_improvement
 
 
 @pytest.mark.parametrize("alpha,gamma", list(PAPER_TABLE_1))
