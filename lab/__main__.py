@@ -121,7 +121,7 @@ def _generate(args: argparse.Namespace) -> None:
     from .decode import decode
     from .bench import Setup
     from .drafters import ModelDraft, NoDraft, TreeModelDraft
-    from .engine import Engine
+    from .engine import engine_for
     target, draft, tokenizer, sampling = _load(args, need_draft=args.method in ("sd", "sd-tree"))
     if args.method == "ar":
         drafter = NoDraft()
@@ -146,7 +146,7 @@ def _generate(args: argparse.Namespace) -> None:
             colour = "" if args.no_color else ORIGIN_COLOURS[origin]
             print(f"{colour}{piece}\033[0m" if colour else piece, end="", flush=True)
 
-    result = decode(Engine(target), drafter, chat_ids(tokenizer, args.prompt), args.max_new_tokens, sampling,
+    result = decode(engine_for(target), drafter, chat_ids(tokenizer, args.prompt), args.max_new_tokens, sampling,
                     args.draft_len, args.seed, tokenizer.eos_token_id, on_tokens=show, kernel=args.kernel)
     print()
     legend = "" if args.no_color else "  (green: accepted draft, red: corrected by target, blue: bonus)"

@@ -19,7 +19,7 @@ from .data import Prompt, chat_ids
 from .decode import DecodeResult, decode, resolve_kernel
 from .costmodel import TreeChoice
 from .drafters import EagleDraft, ModelDraft, NoDraft, TreeModelDraft, draft_vocabulary, static_shape
-from .engine import Engine
+from .engine import engine_for, engine_kind
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
 
@@ -71,7 +71,7 @@ Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt in
 
 def _ours(setup: Setup, drafter, draft_len: int | None = None) -> Runner:
     """Our loop; `draft_len` (default setup.draft_len) caps the drafts per cycle (a tree's depth)."""
-    engine = Engine(setup.target)
+    engine = engine_for(setup.target)
 
     def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
         return decode(engine, drafter, prompt, max_new_tokens, setup.sampling, draft_len or setup.draft_len,
@@ -218,7 +218,7 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
             print(f"[bench] prompt {i + 1}/{len(prompts)} ({prompt.id}) done", flush=True)
     ar_rows = {p.id: r for p, r in rows["ar"]} if "ar" in rows else None
     result = {"machine": machine(), "commit": git_commit(), "command": command_line(),
-              "config": {**config, "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},
+              "config": {**config, "engine": engine_kind(setup.target), "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},
               "methods": {m: summarise(m, rows[m], ar_rows, setup.sampling.greedy, setup.tokenizer,
                                        ours=not m.startswith("hf")) for m in methods}}
     ar_speed = result["methods"].get("ar", {}).get("tokens_per_s")

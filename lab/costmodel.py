@@ -36,7 +36,7 @@ from .decode import decode
 from .drafters import EagleDraft, NoDraft, draft_vocabulary, static_shape
 from .eagle import EagleHead, head_manifest
 from .eagle3 import Eagle3Head
-from .engine import Engine
+from .engine import engine_for
 from .errors import LabError
 from .measure import forward_latency
 from .paths import DATA_DIR, fast_mode
@@ -76,7 +76,7 @@ def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int, layers
     out = []
     for p in prompts:
         ids = chat_ids(tokenizer, p.text)
-        result = decode(Engine(target), NoDraft(), ids, max_new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
+        result = decode(engine_for(target), NoDraft(), ids, max_new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
         full = ids + result.tokens
         hidden = target(input_ids=torch.tensor([full], device=target.device), output_hidden_states=True).hidden_states
         out.append(Continuation(full, len(ids), torch.cat([hidden[layer][0] for layer in layers], -1).cpu(),

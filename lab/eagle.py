@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .engine import Engine
+from .engine import engine_for
 from .errors import LabError
 from .models import TARGET_NAME
 from .paths import DATA_DIR
@@ -94,7 +94,7 @@ class Eagle1Cache:
     fused pairs (state, next token)."""
 
     def __init__(self, head: EagleHead):
-        self.head, self.engine = head, Engine(head.body)
+        self.head, self.engine = head, engine_for(head.body)
         self.device = head.body.device
 
     @property

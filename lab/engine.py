@@ -5,6 +5,10 @@ new positions in one call (verification), take a custom attention mask among the
 positions (tree drafts), crop or compact the cache to the accepted positions, and return the
 hidden states of chosen layers (EAGLE's features). AR decoding, two-model speculative
 decoding and the draft model itself all go through it, so a faster forward helps all alike.
+
+`engine_for(model)` picks the forward for a model's dtype: float32 runs here, on transformers
+(the reference, and the default: the shipped heads were trained on its features); bfloat16
+runs on lab/exact.py's `ExactEngine`, which is batch-invariant and so exact, and faster.
 """
 from __future__ import annotations
 
@@ -18,6 +22,24 @@ from transformers import DynamicCache, LlamaForCausalLM
 class Scored:
     logits: torch.Tensor                                   # [n, V] for the n new positions
     hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [n, H]
+
+
+def _exact(model: LlamaForCausalLM) -> bool:
+    return model.dtype == torch.bfloat16 and model.device.type == "cpu"
+
+
+def engine_for(model: LlamaForCausalLM) -> "Engine":
+    """`ExactEngine` for a bfloat16 model on the CPU, `Engine` otherwise (same interface)."""
+    if _exact(model):
+        from .exact import ExactEngine
+        return ExactEngine(model)
+    return Engine(model)
+
+
+def engine_kind(model: LlamaForCausalLM) -> str:
+    """Which forward `engine_for(model)` runs, as a result records it (`config.engine`)."""
+    dtype = str(model.dtype).removeprefix("torch.")
+    return f"lab.exact ({dtype}, batch-invariant)" if _exact(model) else f"transformers ({dtype})"
 
 
 class Engine:

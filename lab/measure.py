@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from .engine import Engine
+from .engine import engine_for
 
 
 def parameter_bytes(model: torch.nn.Module) -> int:
@@ -93,7 +93,7 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()
-    engine = Engine(model)
+    engine = engine_for(model)
     out = {}
     for k in ks:
         new = torch.randint(0, vocab, (k,), generator=g).tolist()
@@ -120,7 +120,7 @@ def batched_vs_incremental(model: torch.nn.Module, ids: list[int], start: int) -
     and one token at a time with the KV cache. Returns the largest difference and how many
     positions have a top-2 gap smaller than it (where the argmax could flip)."""
     full = model(input_ids=torch.tensor([ids])).logits[0, start - 1: -1].float()
-    engine = Engine(model)
+    engine = engine_for(model)
     engine.forward(ids[: start - 1])
     steps = torch.stack([engine.forward([t]).logits[-1] for t in ids[start - 1: -1]])
     diff = (full - steps).abs().max(-1).values

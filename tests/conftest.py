@@ -29,3 +29,9 @@ def tiny():
 def target():
     from lab.models import load_target
     return load_target()
+
+
+@pytest.fixture(scope="session")
+def target_bf16():
+    from lab.models import load_target
+    return load_target("bfloat16")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine import Engine
+from ..engine import engine_for
 from ..sampling import RandomStream, Sampling, probabilities
 from ..trees import DraftTree, dynamic_tree, top_children
 from ..verify import race
@@ -29,7 +29,7 @@ class ModelDraft:
     name = "sd"
 
     def __init__(self, model):
-        self.engine = Engine(model)
+        self.engine = engine_for(model)
         self.cached: list[int] = []
 
     def begin(self, prompt: list[int]) -> None:

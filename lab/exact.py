@@ -1,0 +1,281 @@
+"""An exact and fast bfloat16 target forward: the same interface as `Engine`, batch-invariant.
+
+Speculative decoding is lossless only if the target computes the same numbers for a position
+however many positions it scores at once. transformers' bfloat16 path does not (a row's
+result depends on the rows that come with it: library kernels pick their blocking by shape),
+so `ExactEngine` runs the Llama forward itself over the same weights, with every step chosen so
+that a row's arithmetic depends on that row alone:
+
+- linears: bfloat16 weights packed once for oneDNN (no repacking per call), fed at least two
+  and at most `BLOCK_ROWS` rows per call. oneDNN takes another kernel for a single row on
+  some shapes, and the LM head's kernel changed with the row count past 48 on one CPU, while
+  2..32 rows gave identical rows on every shape checked (tests/test_exact.py checks again);
+- the residual stream, RMSNorm, RoPE and SwiGLU in float32, row by row (elementwise ops and
+  per-row reductions over the hidden size, whose order does not depend on the row count);
+- attention in lab/csrc/tree_attention.c: each (row, head) alone, over its allowed keys in
+  cache order, softmax accumulated in float32;
+- the KV cache in float32, preallocated and grown by doubling.
+
+So AR (one row per forward), a chain and a tree of any shape give bit-identical logits and
+hidden states for the same position, which `tests/test_exact.py` checks on the real target.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaForCausalLM
+
+from .engine import Scored
+from .errors import LabError
+from .paths import CACHE_DIR
+
+BLOCK_ROWS = 32  # rows per packed-linear call: 2..32 gave row-identical results on every shape checked
+SOURCE = Path(__file__).resolve().parent / "csrc" / "tree_attention.c"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def bf16_support() -> str | None:
+    """Why this CPU cannot run the exact bfloat16 engine fast, or None if it can."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"the exact bfloat16 engine needs an x86-64 CPU (this is {platform.machine()})"
+    flags = _cpu_flags()
+    if not flags & {"avx512_bf16", "amx_bf16"}:
+        return "this CPU has no bfloat16 matrix instructions (avx512_bf16 or amx_bf16)"
+    if not torch.backends.mkldnn.is_available():
+        return "this torch build has no oneDNN (mkldnn)"
+    return None
+
+
+def _compile_kernel() -> ctypes.CDLL:
+    """Build lab/csrc/tree_attention.c once per source, CPU and compiler (gcc -O3
+    -march=native) into .cache/kernels/, atomically, and load it."""
+    source = SOURCE.read_bytes()
+    try:
+        compiler = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise LabError(f"the exact engine compiles a C kernel and needs gcc ({err}): install gcc, "
+                       "or use --dtype float32 (the transformers engine)") from None
+    key = hashlib.sha256(source + compiler.encode() + " ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
+    out = CACHE_DIR / "kernels" / f"tree_attention-{key}.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{abs(hash(key))}.tmp")
+        cmd = ["gcc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", str(SOURCE), "-o", str(tmp), "-lm"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise LabError(f"compiling {SOURCE.name} failed: {done.stderr.strip().splitlines()[-1:]}")
+        tmp.rename(out)
+    # torch has loaded its libgomp already; the kernel binds to the same OpenMP runtime
+    lib = ctypes.CDLL(str(out))
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.tree_attention.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_int]
+    lib.tree_attention.restype = None
+    return lib
+
+
+_KERNEL: ctypes.CDLL | None = None
+
+
+def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [n, hq, d]; k, v [hkv, capacity, d] with the first t rows valid; allowed bool/uint8
+    [n, t]. float32 in and out; each (row, head) computed alone (see the C source)."""
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = _compile_kernel()
+    n, hq, d = q.shape
+    hkv, capacity, _ = k.shape
+    t = allowed.shape[1]
+    if d % 16 or hq % hkv or t > capacity or q.dtype != torch.float32:
+        raise LabError(f"tree_attention needs float32, head size a multiple of 16 and heads a multiple of the "
+                       f"KV heads (got {tuple(q.shape)}, {tuple(k.shape)}, t={t})")
+    q, allowed = q.contiguous(), allowed.to(torch.uint8).contiguous()
+    out = torch.empty_like(q)
+    _KERNEL.tree_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), allowed.data_ptr(), out.data_ptr(),
+                           n, hq, hkv, d, capacity, t, scale, torch.get_num_threads())
+    return out
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16).contiguous(), None)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """x [n, in] bfloat16 -> [n, out] bfloat16, in calls of 2..BLOCK_ROWS rows (a single row is
+    paired with a copy of itself), so that every row goes through the same kernel."""
+    outs = []
+    for start in range(0, x.shape[0], BLOCK_ROWS):
+        block = x[start: start + BLOCK_ROWS]
+        rows = block.shape[0]
+        if rows == 1:
+            block = block.expand(2, -1)
+        outs.append(torch.ops.mkldnn._linear_pointwise(block.contiguous(), packed, None, "none", [], "")[:rows])
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """float32, per row; `weight` None for a model whose norm is the identity (an EAGLE head)."""
+    if weight is None:
+        return x
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+class _Layer:
+    def __init__(self, layer: torch.nn.Module):
+        a, m = layer.self_attn, layer.mlp
+        self.qkv = _pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+        self.o = _pack(a.o_proj.weight)
+        self.gate_up = _pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
+        self.down = _pack(m.down_proj.weight)
+        self.norm1 = layer.input_layernorm.weight.detach().float()
+        self.norm2 = layer.post_attention_layernorm.weight.detach().float()
+
+
+class PackedLlama:
+    """A Llama's weights as the exact forward uses them, packed once per model (kept on the
+    model as `_lab_packed`, so every engine and drafter over it shares one copy). The LM head
+    is packed on first use: an EAGLE head's body never needs it."""
+
+    def __init__(self, model: LlamaForCausalLM):
+        why = bf16_support()
+        if why:
+            raise LabError(f"{why}: run with --dtype float32 (the transformers engine) instead")
+        cfg = model.config
+        if getattr(cfg, "mlp_bias", False) or getattr(cfg, "attention_bias", False):
+            raise LabError("the exact engine supports Llama layers without biases; use --dtype float32")
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        if rope.get("rope_type", "default") != "default":
+            raise LabError(f"the exact engine supports default RoPE only (got {rope.get('rope_type')}); "
+                           "use --dtype float32")
+        self.model = model
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.eps = cfg.rms_norm_eps
+        inner = model.model
+        self.layers = [_Layer(layer) for layer in inner.layers]
+        self.norm = None if isinstance(inner.norm, torch.nn.Identity) else inner.norm.weight.detach().float()
+        self.embed = inner.embed_tokens.weight.detach()
+        self.inv_freq = inner.rotary_emb.inv_freq.detach().float()
+        self._lm_head: torch.Tensor | None = None
+
+    @property
+    def lm_head(self) -> torch.Tensor:
+        if self._lm_head is None:
+            self._lm_head = _pack(self.model.lm_head.weight)
+        return self._lm_head
+
+    @classmethod
+    def of(cls, model: LlamaForCausalLM) -> "PackedLlama":
+        packed = getattr(model, "_lab_packed", None)
+        if packed is None:
+            packed = cls(model)
+            model._lab_packed = packed
+        return packed
+
+
+class ExactEngine:
+    """`Engine`'s interface (forward, crop, keep, reset, length, forwards, model) over a Llama in
+    bfloat16, batch-invariant: a position's logits and hidden states are the same bits whether
+    it is scored alone, in a chain or in a tree. Hidden states come back in bfloat16, logits
+    in float32, as from `Engine`."""
+
+    def __init__(self, model: LlamaForCausalLM, capacity: int = 1024):
+        self.model, self.w = model, PackedLlama.of(model)
+        self.scale = self.w.head_dim ** -0.5
+        self.forwards = 0
+        self._allocate(capacity)
+        self.reset()
+
+    def _allocate(self, capacity: int) -> None:
+        shape = (len(self.w.layers), self.w.kv_heads, capacity, self.w.head_dim)
+        keys, values = torch.zeros(shape), torch.zeros(shape)
+        if hasattr(self, "keys"):
+            keys[:, :, : self.length], values[:, :, : self.length] = self.keys[:, :, : self.length], self.values[:, :, : self.length]
+        self.keys, self.values, self.capacity = keys, values, capacity
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+    def keep(self, start: int, indices: list[int]) -> None:
+        """Keep positions [0, start) plus start + indices, in that order (an accepted path).
+        A path that is already a prefix costs nothing (the common case: a crop)."""
+        index = torch.as_tensor(indices, dtype=torch.long)
+        if torch.equal(index, torch.arange(len(indices))):
+            self.length = start + len(indices)
+            return
+        self.keys[:, :, start: start + len(indices)] = self.keys[:, :, start + index]
+        self.values[:, :, start: start + len(indices)] = self.values[:, :, start + index]
+        self.length = start + len(indices)
+
+    def _allowed(self, mask: torch.Tensor | None, n: int) -> torch.Tensor:
+        total = self.length + n
+        if mask is None:
+            return torch.ones(n, total, dtype=torch.bool).tril(self.length)
+        if mask.shape == (n, n):
+            return torch.cat([torch.ones(n, self.length, dtype=torch.bool), mask.bool().cpu()], dim=1)
+        if mask.shape == (n, total):
+            return mask.bool().cpu()
+        raise ValueError(f"mask must be [{n}, {n}] or [{n}, {total}], got {tuple(mask.shape)}")
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int] | torch.Tensor | None, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
+                last_only: bool = False, embeds: torch.Tensor | None = None, logits: bool = True) -> Scored:
+        """As `Engine.forward`."""
+        w = self.w
+        if embeds is None:
+            x = w.embed[torch.as_tensor(tokens, dtype=torch.long).reshape(-1)].float()
+        else:
+            x = embeds.reshape(-1, w.embed.shape[1]).float()
+        n, start = x.shape[0], self.length
+        allowed = self._allowed(mask, n)
+        if positions is None:
+            positions = torch.arange(start, start + n)
+        if start + n > self.capacity:
+            self._allocate(max(2 * self.capacity, start + n))
+        angles = positions.reshape(-1, 1).float() * w.inv_freq
+        cos, sin = torch.cat([angles.cos()] * 2, -1)[:, None], torch.cat([angles.sin()] * 2, -1)[:, None]
+        hq, hkv, d = w.heads, w.kv_heads, w.head_dim
+        hidden = {}
+        for i, layer in enumerate(w.layers):
+            if i in hidden_layers:
+                hidden[i] = x.to(torch.bfloat16)
+            h = _rms_norm(x, layer.norm1, w.eps).to(torch.bfloat16)
+            qkv = packed_linear(h, layer.qkv).float()
+            q = self._rope(qkv[:, : hq * d].reshape(n, hq, d), cos, sin)
+            k = self._rope(qkv[:, hq * d: (hq + hkv) * d].reshape(n, hkv, d), cos, sin)
+            self.keys[i, :, start: start + n] = k.transpose(0, 1)
+            self.values[i, :, start: start + n] = qkv[:, (hq + hkv) * d:].reshape(n, hkv, d).transpose(0, 1)
+            attended = tree_attention(q, self.keys[i], self.values[i], allowed, self.scale)
+            x = x + packed_linear(attended.reshape(n, hq * d).to(torch.bfloat16), layer.o).float()
+            gate, up = packed_linear(_rms_norm(x, layer.norm2, w.eps).to(torch.bfloat16), layer.gate_up).float().chunk(2, -1)
+            x = x + packed_linear((F.silu(gate) * up).to(torch.bfloat16), layer.down).float()
+        top = _rms_norm(x, w.norm, w.eps).to(torch.bfloat16)
+        if len(w.layers) in hidden_layers:
+            hidden[len(w.layers)] = top
+        self.length += n
+        self.forwards += 1
+        if not logits:
+            return Scored(None, hidden)
+        return Scored(packed_linear(top[-1:] if last_only else top, w.lm_head).float(), hidden)

@@ -1,0 +1,107 @@
+"""The exact bfloat16 engine (lab/exact.py): every scored position's logits and hidden states
+are bit-for-bit what scoring the same positions one at a time gives, for chains and random
+trees after random cache lengths; and transformers' own bfloat16 path fails the same check,
+so the check can fail."""
+import pytest
+import torch
+
+from lab.decode import decode
+from lab.drafters import NoDraft, TreeModelDraft
+from lab.engine import Engine, engine_for
+from lab.errors import LabError
+from lab.exact import ExactEngine, bf16_support
+from lab.models import make_draft, tiny_target
+from lab.sampling import Sampling
+from lab.trees import DraftTree
+
+pytestmark = pytest.mark.skipif(bf16_support() is not None, reason=f"{bf16_support()}")
+LAYERS = (0, 1)  # hidden states checked besides the logits (plus the top feature)
+
+
+def random_tree(n: int, vocab: int, g: torch.Generator) -> DraftTree:
+    """n nodes, each under a uniformly chosen earlier node (parents first), random tokens."""
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, n)]
+    return DraftTree(torch.randint(0, vocab, (n,), generator=g).tolist(), parents)
+
+
+def one_at_a_time(engine, prefix: list[int], path: list[int], layers: tuple[int, ...]):
+    """Logits and hidden states of the last token of `path`, scored AR after `prefix`."""
+    engine.reset()
+    engine.forward(prefix)
+    for token in path:
+        scored = engine.forward([token], hidden_layers=layers)
+    return scored.logits[0], {i: h[0] for i, h in scored.hidden.items()}
+
+
+def check_trees(model, trials: int, max_nodes: int, max_prefix: int, seed: int, make=engine_for) -> list[str]:
+    """Score random trees after random prefixes in one forward; compare sampled nodes with the
+    AR scoring of their paths. Returns what differed (empty: bit-identical everywhere)."""
+    g = torch.Generator().manual_seed(seed)
+    vocab, top = model.config.vocab_size, model.config.num_hidden_layers
+    layers = LAYERS + (top,)
+    batched, alone = make(model), make(model)
+    differences = []
+    for trial in range(trials):
+        prefix = torch.randint(0, vocab, (int(torch.randint(1, max_prefix, (1,), generator=g)),), generator=g).tolist()
+        tree = random_tree(int(torch.randint(2, max_nodes + 1, (1,), generator=g)), vocab, g)
+        batched.reset()
+        batched.forward(prefix[:-1])
+        tree.tokens[0] = prefix[-1]
+        scored = batched.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(prefix) - 1),
+                                 hidden_layers=layers)
+        for node in torch.randperm(len(tree), generator=g)[:6].tolist():
+            logits, hidden = one_at_a_time(alone, prefix[:-1], [tree.tokens[i] for i in tree.path_to(node)], layers)
+            if not torch.equal(logits, scored.logits[node]):
+                differences.append(f"trial {trial}: logits of node {node} of {len(tree)}")
+            differences += [f"trial {trial}: layer {i} of node {node}" for i in layers
+                            if not torch.equal(hidden[i], scored.hidden[i][node])]
+    return differences
+
+
+def test_the_exact_engine_scores_tiny_trees_as_ar():
+    assert check_trees(tiny_target(0).to(torch.bfloat16), trials=12, max_nodes=64, max_prefix=300, seed=0) == []
+
+
+@pytest.mark.slow
+def test_the_exact_engine_scores_real_trees_as_ar(target_bf16):
+    assert check_trees(target_bf16, trials=4, max_nodes=64, max_prefix=200, seed=1) == []
+
+
+@pytest.mark.slow
+def test_transformers_bfloat16_fails_the_same_check(target_bf16):
+    """The broken variant: transformers' bfloat16 forward, checked the same way, differs."""
+    assert check_trees(target_bf16, trials=4, max_nodes=64, max_prefix=200, seed=1, make=Engine) != []
+
+
+def test_compaction_then_more_tokens_equals_ar():
+    """After a tree forward and `keep` of a path that is not a prefix, the next forward sees
+    exactly the cache AR would have built."""
+    model = tiny_target(1).to(torch.bfloat16)
+    g = torch.Generator().manual_seed(3)
+    prefix = torch.randint(0, 1000, (40,), generator=g).tolist()
+    tree = DraftTree([prefix[-1], 5, 6, 7, 8, 9], [-1, 0, 0, 2, 2, 4])
+    engine = engine_for(model)
+    engine.forward(prefix[:-1])
+    engine.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(prefix) - 1))
+    path = tree.path_to(5)  # root, 2, 4, 5: not a prefix of the node order
+    engine.keep(len(prefix) - 1, path)
+    after = engine.forward([11, 12]).logits
+    ar = engine_for(model)
+    ar.forward(prefix[:-1] + [tree.tokens[i] for i in path])
+    assert torch.equal(after, ar.forward([11, 12]).logits)
+
+
+def test_tree_decoding_in_bfloat16_equals_ar(tokenizer):
+    model = tiny_target(2).to(torch.bfloat16)
+    draft = make_draft(model, 1)
+    prompt = tokenizer("The exact engine", add_special_tokens=False).input_ids
+    ar = decode(engine_for(model), NoDraft(), prompt, 24, Sampling(), 0, 0, eos_id=None)
+    tree = decode(engine_for(model), TreeModelDraft(draft, 4, 3, 12), prompt, 24, Sampling(), 4, 0, eos_id=None)
+    assert tree.tokens == ar.tokens and tree.cycles < ar.cycles
+
+
+def test_a_cpu_without_bfloat16_units_gets_one_line(monkeypatch):
+    import lab.exact
+    monkeypatch.setattr(lab.exact, "bf16_support", lambda: "this CPU has no bfloat16 matrix instructions")
+    with pytest.raises(LabError, match="--dtype float32"):
+        ExactEngine(tiny_target(3).to(torch.bfloat16))
