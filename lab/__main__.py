@@ -95,7 +95,7 @@ def _load(args: argparse.Namespace, need_draft: bool):
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from .bench import METHODS, Setup, format_table, run_bench
+    from .bench import METHODS, Setup, format_table, run_bench, verification_line
     from .data import load_prompts, prompts_file
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -110,6 +110,7 @@ def _bench(args: argparse.Namespace) -> None:
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
     result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
+    print(verification_line(result))
     if args.figure:
         from .plots import plot_bench
         plot_bench(result, args.figure)

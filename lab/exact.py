@@ -10,10 +10,9 @@ that a row's arithmetic depends on that row alone:
   and at most `BLOCK_ROWS` rows per call. oneDNN takes another kernel for a single row on
   some shapes, and the LM head's kernel changed with the row count past 48 on one CPU, while
   2..32 rows gave identical rows on every shape checked (tests/test_exact.py checks again);
-- the residual stream, RMSNorm, RoPE and SwiGLU in float32, row by row (elementwise ops and
-  per-row reductions over the hidden size, whose order does not depend on the row count);
-- attention in lab/csrc/tree_attention.c: each (row, head) alone, over its allowed keys in
-  cache order, softmax accumulated in float32;
+- everything else in lab/csrc/exact_ops.c, row by row: the float32 residual stream and
+  RMSNorm, RoPE (written straight into the cache), SwiGLU, and attention computed for each
+  (row, head) alone over its allowed keys in cache order, softmax accumulated in float32;
 - the KV cache in float32, preallocated and grown by doubling.
 
 So AR (one row per forward), a chain and a tree of any shape give bit-identical logits and
@@ -23,12 +22,12 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import platform
 import subprocess
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 
 from .engine import Scored
@@ -36,7 +35,7 @@ from .errors import LabError
 from .paths import CACHE_DIR
 
 BLOCK_ROWS = 32  # rows per packed-linear call: 2..32 gave row-identical results on every shape checked
-SOURCE = Path(__file__).resolve().parent / "csrc" / "tree_attention.c"
+SOURCE = Path(__file__).resolve().parent / "csrc" / "exact_ops.c"
 
 
 def _cpu_flags() -> set[str]:
@@ -60,53 +59,46 @@ def bf16_support() -> str | None:
     return None
 
 
-def _compile_kernel() -> ctypes.CDLL:
-    """Build lab/csrc/tree_attention.c once per source, CPU and compiler (gcc -O3
-    -march=native) into .cache/kernels/, atomically, and load it."""
+def _compile() -> ctypes.CDLL:
+    """Build lab/csrc/exact_ops.c once per source, CPU and compiler (gcc -O3 -march=native)
+    into .cache/kernels/, atomically, and load it."""
     source = SOURCE.read_bytes()
     try:
         compiler = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as err:
-        raise LabError(f"the exact engine compiles a C kernel and needs gcc ({err}): install gcc, "
+        raise LabError(f"the exact engine compiles a C file and needs gcc ({err}): install gcc, "
                        "or use --dtype float32 (the transformers engine)") from None
     key = hashlib.sha256(source + compiler.encode() + " ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
-    out = CACHE_DIR / "kernels" / f"tree_attention-{key}.so"
+    out = CACHE_DIR / "kernels" / f"exact_ops-{key}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(f".{abs(hash(key))}.tmp")
+        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
         cmd = ["gcc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", str(SOURCE), "-o", str(tmp), "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise LabError(f"compiling {SOURCE.name} failed: {done.stderr.strip().splitlines()[-1:]}")
         tmp.rename(out)
-    # torch has loaded its libgomp already; the kernel binds to the same OpenMP runtime
+    # torch has loaded its libgomp already; the library binds to the same OpenMP runtime
     lib = ctypes.CDLL(str(out))
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.tree_attention.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_int]
-    lib.tree_attention.restype = None
+    i64, ptr, f32, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
+    signatures = {"add_norm": [ptr, ptr, ptr, f32, ptr, i64, i64, i32],
+                  "rope_into_cache": [ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i32],
+                  "tree_attention": [ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, f32, i32],
+                  "swiglu": [ptr, ptr, i64, i64, i32]}
+    for name, args in signatures.items():
+        getattr(lib, name).argtypes, getattr(lib, name).restype = args, None
     return lib
 
 
-_KERNEL: ctypes.CDLL | None = None
+_OPS: ctypes.CDLL | None = None
 
 
-def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [n, hq, d]; k, v [hkv, capacity, d] with the first t rows valid; allowed bool/uint8
-    [n, t]. float32 in and out; each (row, head) computed alone (see the C source)."""
-    global _KERNEL
-    if _KERNEL is None:
-        _KERNEL = _compile_kernel()
-    n, hq, d = q.shape
-    hkv, capacity, _ = k.shape
-    t = allowed.shape[1]
-    if d % 16 or hq % hkv or t > capacity or q.dtype != torch.float32:
-        raise LabError(f"tree_attention needs float32, head size a multiple of 16 and heads a multiple of the "
-                       f"KV heads (got {tuple(q.shape)}, {tuple(k.shape)}, t={t})")
-    q, allowed = q.contiguous(), allowed.to(torch.uint8).contiguous()
-    out = torch.empty_like(q)
-    _KERNEL.tree_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), allowed.data_ptr(), out.data_ptr(),
-                           n, hq, hkv, d, capacity, t, scale, torch.get_num_threads())
-    return out
+def ops() -> ctypes.CDLL:
+    """The compiled per-row operations (lab/csrc/exact_ops.c)."""
+    global _OPS
+    if _OPS is None:
+        _OPS = _compile()
+    return _OPS
 
 
 def _pack(weight: torch.Tensor) -> torch.Tensor:
@@ -124,13 +116,6 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
             block = block.expand(2, -1)
         outs.append(torch.ops.mkldnn._linear_pointwise(block.contiguous(), packed, None, "none", [], "")[:rows])
     return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """float32, per row; `weight` None for a model whose norm is the identity (an EAGLE head)."""
-    if weight is None:
-        return x
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
 class _Layer:
@@ -164,6 +149,9 @@ class PackedLlama:
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
+        self.inner = cfg.intermediate_size
+        if self.head_dim % 16 or cfg.hidden_size % 16 or self.heads % self.kv_heads:
+            raise LabError("the exact engine needs head and hidden sizes that are multiples of 16; use --dtype float32")
         inner = model.model
         self.layers = [_Layer(layer) for layer in inner.layers]
         self.norm = None if isinstance(inner.norm, torch.nn.Identity) else inner.norm.weight.detach().float()
@@ -233,49 +221,55 @@ class ExactEngine:
             return mask.bool().cpu()
         raise ValueError(f"mask must be [{n}, {n}] or [{n}, {total}], got {tuple(mask.shape)}")
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
-
     @torch.inference_mode()
     def forward(self, tokens: list[int] | torch.Tensor | None, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
                 last_only: bool = False, embeds: torch.Tensor | None = None, logits: bool = True) -> Scored:
         """As `Engine.forward`."""
-        w = self.w
+        w, lib, threads = self.w, ops(), torch.get_num_threads()
         if embeds is None:
-            x = w.embed[torch.as_tensor(tokens, dtype=torch.long).reshape(-1)].float()
+            x = w.embed[torch.as_tensor(tokens, dtype=torch.long).reshape(-1)].to(torch.float32, copy=True)
         else:
-            x = embeds.reshape(-1, w.embed.shape[1]).float()
-        n, start = x.shape[0], self.length
-        allowed = self._allowed(mask, n)
+            x = embeds.reshape(-1, w.embed.shape[1]).to(torch.float32, copy=True).contiguous()  # updated in place
+        n, width = x.shape
+        start = self.length
+        allowed = self._allowed(mask, n).to(torch.uint8).contiguous()
         if positions is None:
             positions = torch.arange(start, start + n)
         if start + n > self.capacity:
             self._allocate(max(2 * self.capacity, start + n))
         angles = positions.reshape(-1, 1).float() * w.inv_freq
-        cos, sin = torch.cat([angles.cos()] * 2, -1)[:, None], torch.cat([angles.sin()] * 2, -1)[:, None]
+        cos, sin = torch.cat([angles.cos()] * 2, -1).contiguous(), torch.cat([angles.sin()] * 2, -1).contiguous()
         hq, hkv, d = w.heads, w.kv_heads, w.head_dim
-        hidden = {}
+        normed = torch.empty(n, width, dtype=torch.bfloat16)
+        q = torch.empty(n, hq, d)
+        attended = torch.empty(n, hq * d, dtype=torch.bfloat16)
+        act = torch.empty(n, w.inner, dtype=torch.bfloat16)
+        hidden, delta = {}, None
         for i, layer in enumerate(w.layers):
+            lib.add_norm(x.data_ptr(), _ptr(delta), layer.norm1.data_ptr(), w.eps, normed.data_ptr(), n, width, threads)
             if i in hidden_layers:
                 hidden[i] = x.to(torch.bfloat16)
-            h = _rms_norm(x, layer.norm1, w.eps).to(torch.bfloat16)
-            qkv = packed_linear(h, layer.qkv).float()
-            q = self._rope(qkv[:, : hq * d].reshape(n, hq, d), cos, sin)
-            k = self._rope(qkv[:, hq * d: (hq + hkv) * d].reshape(n, hkv, d), cos, sin)
-            self.keys[i, :, start: start + n] = k.transpose(0, 1)
-            self.values[i, :, start: start + n] = qkv[:, (hq + hkv) * d:].reshape(n, hkv, d).transpose(0, 1)
-            attended = tree_attention(q, self.keys[i], self.values[i], allowed, self.scale)
-            x = x + packed_linear(attended.reshape(n, hq * d).to(torch.bfloat16), layer.o).float()
-            gate, up = packed_linear(_rms_norm(x, layer.norm2, w.eps).to(torch.bfloat16), layer.gate_up).float().chunk(2, -1)
-            x = x + packed_linear((F.silu(gate) * up).to(torch.bfloat16), layer.down).float()
-        top = _rms_norm(x, w.norm, w.eps).to(torch.bfloat16)
+            qkv = packed_linear(normed, layer.qkv)
+            keys, values = self.keys[i], self.values[i]
+            lib.rope_into_cache(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), q.data_ptr(), keys.data_ptr(),
+                                values.data_ptr(), n, hq, hkv, d, self.capacity, start, threads)
+            lib.tree_attention(q.data_ptr(), keys.data_ptr(), values.data_ptr(), allowed.data_ptr(),
+                               attended.data_ptr(), n, hq, hkv, d, self.capacity, start + n, self.scale, threads)
+            out = packed_linear(attended, layer.o)
+            lib.add_norm(x.data_ptr(), out.data_ptr(), layer.norm2.data_ptr(), w.eps, normed.data_ptr(), n, width, threads)
+            gate_up = packed_linear(normed, layer.gate_up)
+            lib.swiglu(gate_up.data_ptr(), act.data_ptr(), n, w.inner, threads)
+            delta = packed_linear(act, layer.down)
+        lib.add_norm(x.data_ptr(), _ptr(delta), _ptr(w.norm), w.eps, normed.data_ptr(), n, width, threads)
         if len(w.layers) in hidden_layers:
-            hidden[len(w.layers)] = top
+            hidden[len(w.layers)] = normed
         self.length += n
         self.forwards += 1
         if not logits:
             return Scored(None, hidden)
-        return Scored(packed_linear(top[-1:] if last_only else top, w.lm_head).float(), hidden)
+        return Scored(packed_linear(normed[-1:] if last_only else normed, w.lm_head).float(), hidden)
+
+
+def _ptr(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()

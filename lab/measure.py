@@ -4,6 +4,7 @@ difference between batched and one-token-at-a-time forwards."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import torch
 
@@ -82,18 +83,20 @@ def _timed(fn, repeats: int, warmup: int = 3) -> float:
 
 
 def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, cached: bool = True,
-                    repeats: int = 5, seed: int = 0, tree: bool = False) -> dict[int, float]:
+                    repeats: int = 5, seed: int = 0, tree: bool = False,
+                    make_engine: Callable = engine_for) -> dict[int, float]:
     """Seconds of one target forward (fastest of `repeats` runs) over k new positions after `prefix` tokens.
     cached=True: the prefix sits in the KV cache (what decoding does). cached=False: the
     whole prefix is recomputed with the k positions (decoding without a KV cache).
     tree=True: pass an explicit attention mask among the new positions, as tree
-    verification does (attention then cannot take the causal fast path)."""
+    verification does (attention then cannot take the causal fast path).
+    make_engine: which forward to time (default `engine_for`: the one decoding uses)."""
     if tree and not cached:
         raise ValueError("forward_latency: tree=True times a cached tree forward; it needs cached=True")
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()
-    engine = engine_for(model)
+    engine = make_engine(model)
     out = {}
     for k in ks:
         new = torch.randint(0, vocab, (k,), generator=g).tolist()
@@ -115,18 +118,20 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
 
 
 @torch.inference_mode()
-def batched_vs_incremental(model: torch.nn.Module, ids: list[int], start: int) -> dict:
-    """Logits for positions start.. computed two ways: one forward over the whole sequence,
-    and one token at a time with the KV cache. Returns the largest difference and how many
-    positions have a top-2 gap smaller than it (where the argmax could flip)."""
-    full = model(input_ids=torch.tensor([ids])).logits[0, start - 1: -1].float()
-    engine = engine_for(model)
+def batched_vs_incremental(model: torch.nn.Module, ids: list[int], start: int,
+                           make_engine: Callable = engine_for) -> dict:
+    """Logits for positions start.. computed two ways by the same forward (`make_engine`):
+    one forward over the whole sequence, and one token at a time with the KV cache. Returns
+    whether they are bit-identical, the largest difference and how many positions have a top-2
+    gap smaller than 1e-3 (where the argmax could flip)."""
+    full = make_engine(model).forward(ids).logits[start - 1: -1]
+    engine = make_engine(model)
     engine.forward(ids[: start - 1])
     steps = torch.stack([engine.forward([t]).logits[-1] for t in ids[start - 1: -1]])
     diff = (full - steps).abs().max(-1).values
     top2 = torch.topk(full, 2, dim=-1).values
     gap = top2[:, 0] - top2[:, 1]
-    return {"positions": len(diff), "max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
+    return {"positions": len(diff), "identical": bool(torch.equal(full, steps)), "max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
             "argmax_flips": int((full.argmax(-1) != steps.argmax(-1)).sum()),
             "min_top2_gap": float(gap.min()), "gaps_below_1e-3": int((gap < 1e-3).sum())}
 

@@ -24,8 +24,6 @@ BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.j
                "bench_eagle_tree24.json", "bench_eagle_bf16.json", "bench_eagle_bf16_tree32.json",
                "bench_eagle3.json", "bench_eagle3_before_retune.json", "bench_eagle3_tree24.json",
                "bench_eagle3_humaneval.json", "bench_eagle3_static.json")
-# `make demo` rewrites its JSON on every run: listing it would make the page stale after each demo.
-NOT_LISTED = ("demo.json",)
 # Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
 # n-alpha is shown from `python -m lab evaluate` only: training manifests written before the
 # ChainTally fix divided chain(d) by chain(d-1) over different sets of chains.
@@ -64,9 +62,9 @@ def _commit(manifest: dict) -> str:
 
 
 def bench_files() -> list[Path]:
-    """data/results/*.json in page order (known files first), without the demo's."""
+    """data/results/*.json in page order (known files first). `make demo` writes to demo/, not here."""
     rank = {name: i for i, name in enumerate(BENCH_ORDER)}
-    files = [p for p in RESULTS_DIR.glob("*.json") if p.name not in NOT_LISTED]
+    files = list(RESULTS_DIR.glob("*.json"))
     return sorted(files, key=lambda p: (rank.get(p.name, len(rank)), p.name))
 
 
@@ -177,8 +175,6 @@ def render_results() -> str:
     if skipped:
         lines += ["Skipped (no `methods` key, so not a benchmark result): "
                   + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
-    lines += [f"Not listed: {', '.join(f'`data/results/{n}`' for n in NOT_LISTED)} (`make demo` rewrites it "
-              "on every run).", ""]
     return "\n".join(lines + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
 
 
