@@ -108,7 +108,14 @@ def _bench(args: argparse.Namespace) -> None:
                   args.tree)
     _setup_eagle(args, setup, methods)
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
-    result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
+    if args.profile:
+        import cProfile
+        import pstats
+        profiler = cProfile.Profile()
+        result = profiler.runcall(run_bench, methods, prompts, setup, config, args.draft_layers, args.json)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+    else:
+        result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
     print(verification_line(result))
     if args.figure:
@@ -236,12 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="compare decoding methods on a dataset; prints a table")
-    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,eagle1,eagle2,eagle3,hf,hf-assisted,hf-pld")
+    bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,eagle1,eagle2,eagle3,eagle3-static,hf,hf-assisted,hf-pld,llamacpp")
     bench.add_argument("--dataset", default="mt_bench", help="mt_bench, humaneval or sharegpt")
     bench.add_argument("--prompts", default=None, help="JSONL file with one {\"prompt\": ...} per line")
     bench.add_argument("--limit", type=int, default=10)
     bench.add_argument("--json", default=None, help="write the full results here")
     bench.add_argument("--figure", default=None, help="write a speed/tau figure here (PNG)")
+    bench.add_argument("--profile", type=int, default=0, metavar="N",
+                       help="also profile the run (cProfile) and print its top N entries by own time")
     _add_sampling(bench)
     bench.set_defaults(run=_bench)
 
