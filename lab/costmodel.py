@@ -78,8 +78,9 @@ def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int, layers
         ids = chat_ids(tokenizer, p.text)
         result = decode(engine_for(target), NoDraft(), ids, max_new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
         full = ids + result.tokens
-        hidden = target(input_ids=torch.tensor([full], device=target.device), output_hidden_states=True).hidden_states
-        out.append(Continuation(full, len(ids), torch.cat([hidden[layer][0] for layer in layers], -1).cpu(),
+        # the features as decoding sees them: from the same forward (the exact engine in bfloat16)
+        hidden = engine_for(target).forward(full, hidden_layers=layers, logits=False).hidden
+        out.append(Continuation(full, len(ids), torch.cat([hidden[layer] for layer in layers], -1).cpu(),
                                 result.seconds))
     return out
 
