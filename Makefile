@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data peers demo test figures exercises lab bench bench-eagle bench-eagle-bf16 bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-eagle3 clean-cache gpu-check results
+.PHONY: setup setup-data peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check results
 
 setup: $(STAMP)
 
@@ -27,10 +27,12 @@ peers: setup
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_AVX512=ON" \
 		$(PY) -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36
 
-# The main job: a short AR-vs-speculative comparison on MT-Bench; prints a table, writes a figure.
+# The main job: AR, the best transformers peer (prompt lookup) and the lab's fastest exact method
+# (EAGLE-2 with its tuned tree on the exact bfloat16 engine) on 4 MT-Bench prompts; prints the
+# table and what it verified, writes demo/ (ignored by git: the committed results stay as they are).
 demo: setup
-	$(PY) -m lab bench --methods ar,sd --dataset mt_bench --limit 4 --max-new-tokens 64 \
-		--json data/results/demo.json --figure figures/demo_speed.png
+	$(PY) -m lab bench --methods ar,hf-pld,eagle2 --dtype bfloat16 --dataset mt_bench --limit 4 \
+		--max-new-tokens 64 --json demo/demo.json --figure demo/demo_speed.png
 
 # The whole suite (it also checks the exercise copies are in sync), then every notebook in fast
 # mode (LAB_FAST=1); the student copies in notebooks/exercises are stubs, so they are not run.
@@ -64,12 +66,22 @@ bench-eagle: setup
 		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle.json \
 		--figure figures/bench_eagle.png
 
-# The same with the target in bfloat16 (AR too): flatter T(n) on CPUs with matrix units, but
-# CPU bfloat16 matmuls round differently for different batch shapes, so it is not lossless here.
-bench-eagle-bf16: setup
+# The benchmark of the exact-bfloat16 issue: the target in bfloat16 on the exact engine
+# (lab/exact.py), peers in the same dtype; greedy, then sampled at temperature 1. The tree comes
+# from `make tune-bf16`. `make bench-llamacpp` adds llama.cpp (needs `make peers`).
+bench-exact: setup
+	$(PY) -m lab bench --methods ar,hf,hf-pld,eagle1,eagle2 --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16.json \
+		--figure figures/bench_exact_bf16.png
+	$(PY) -m lab bench --methods ar,hf,hf-pld,eagle1,eagle2 --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 1 --dtype bfloat16 --json data/results/bench_exact_bf16_t1.json
+
+bench-llamacpp: peers
+	$(PY) -m lab bench --methods ar,eagle2,llamacpp --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16_llamacpp.json
+
+tune-bf16: setup
 	$(PY) -m lab tune tree --dtype bfloat16
-	$(PY) -m lab bench --methods ar,eagle1,eagle2 --dataset mt_bench --limit 10 \
-		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_eagle_bf16.json
 
 # The benchmark of the EAGLE-3 issue: each head with its tuned tree, then both with one fixed tree,
 # then HumanEval (tree sizes from `make tune-eagle3`).

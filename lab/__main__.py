@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .errors import LabError
@@ -102,6 +103,7 @@ def _bench(args: argparse.Namespace) -> None:
     if unknown:
         raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
     prompts = prompts_file(args.prompts, args.limit) if args.prompts else load_prompts(args.dataset, args.limit)
+    os.environ["LAB_ENGINE"] = args.engine  # read by lab.engine.engine_for, wherever a forward is made
     target, draft, tokenizer, sampling = _load(args, need_draft=any(m in ("sd", "sd-tree", "hf-assisted")
                                                                     for m in methods))
     setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, args.kernel,
@@ -109,11 +111,8 @@ def _bench(args: argparse.Namespace) -> None:
     _setup_eagle(args, setup, methods)
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
     if args.profile:
-        import cProfile
-        import pstats
-        profiler = cProfile.Profile()
-        result = profiler.runcall(run_bench, methods, prompts, setup, config, args.draft_layers, args.json)
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+        from .bench import profiled
+        result = profiled(args.profile, run_bench, methods, prompts, setup, config, args.draft_layers, args.json)
     else:
         result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
@@ -250,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", default=None, help="write the full results here")
     bench.add_argument("--figure", default=None, help="write a speed/tau figure here (PNG)")
     bench.add_argument("--profile", type=int, default=0, metavar="N",
-                       help="also profile the run (cProfile) and print its top N entries by own time")
+                       help="also profile the run (cProfile): print its top N entries by own time, keep them in the JSON")
+    bench.add_argument("--engine", choices=["auto", "transformers"], default="auto",
+                       help="the target forward: auto (bfloat16 on the CPU runs the exact engine, lab/exact.py) "
+                            "or transformers (also in bfloat16: not batch-invariant, for comparison)")
     _add_sampling(bench)
     bench.set_defaults(run=_bench)
 

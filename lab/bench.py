@@ -258,7 +258,9 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
     ar_speed = result["methods"].get("ar", {}).get("tokens_per_s")
     for m, summary in result["methods"].items():
         summary["speedup"] = summary["tokens_per_s"] / ar_speed if ar_speed else None
-        summary["predicted_speedup"] = result["config"]["methods"][m].get("predicted_speedup")
+        # the tuned prediction is for greedy decoding: a sampled run gets none
+        summary["predicted_speedup"] = (result["config"]["methods"][m].get("predicted_speedup")
+                                        if setup.sampling.greedy else None)
     if json_path:
         write_json(Path(json_path), result)
     return result
@@ -296,3 +298,21 @@ def verification_line(result: dict) -> str:
     if not checked:
         return f"verified: nothing against AR (sampled run, or no method of ours besides ar); target forward: {engine}"
     return f"verified: identical to ar, prompt by prompt: {', '.join(checked)}; target forward: {engine}"
+
+
+def profiled(top: int, run: Callable[..., dict], *args) -> dict:
+    """`run(*args)` (run_bench) under cProfile: prints the `top` entries by own time and keeps
+    them in the result (`profile`), rewriting its JSON if it wrote one (args[-1])."""
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    result = profiler.runcall(run, *args)
+    stats = pstats.Stats(profiler).sort_stats("tottime")
+    stats.print_stats(top)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    result["profile"] = [{"function": f"{Path(file).name}:{line}({name})" if line else name, "calls": calls,
+                          "own_seconds": round(own, 3), "cumulative_seconds": round(cum, 3)}
+                         for (file, line, name), (_, calls, own, cum, _) in rows]
+    if args[-1]:
+        write_json(Path(args[-1]), result)
+    return result

@@ -27,6 +27,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -190,6 +191,32 @@ def monotone(latency: dict[int, float]) -> dict[int, float]:
     return dict(zip(sorted(latency), values))
 
 
+SPREAD_TOLERANCE = 0.25  # the two fastest rounds of T(n) may differ this much before tuning re-measures
+
+
+def spread(rounds: list[dict[int, float]]) -> dict[int, float]:
+    """Per size n, how far apart the two fastest rounds' T(n) are (second / first - 1): the
+    tuner uses the fastest, so it must be reproduced by another round."""
+    return {n: (lambda t: t[1] / t[0] - 1)(sorted(r[n] for r in rounds)) for n in rounds[0]}
+
+
+def agreeing_rounds(rounds: list[dict[int, float]], measure: Callable[[], dict[int, float]], extra: int = 2,
+                    tolerance: float = SPREAD_TOLERANCE) -> list[dict[int, float]]:
+    """The T(n) rounds, once every n's fastest time is reproduced by another round within
+    `tolerance`: a busy machine (another job on the same cores) makes rounds disagree, and a
+    tree chosen from such timings is wrong. Up to `extra` more rounds are measured; then
+    tuning refuses in one line."""
+    for attempt in range(extra + 1):
+        n, worst = max(spread(rounds).items(), key=lambda kv: kv[1])
+        if worst <= tolerance:
+            return rounds
+        if attempt < extra:
+            rounds = rounds + [measure()]
+    raise LabError(f"the fastest two timings of T({n}) differ by {worst:.0%} after {len(rounds)} rounds (tolerance "
+                   f"{tolerance:.0%}): the machine is busy; stop other jobs and rerun `python -m lab tune tree`, "
+                   "or pass --eagle-tree")
+
+
 def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_per_token: float, loop: float) -> float:
     return row["tau"] * ar_per_token / (latency[row["total_tokens"]] + row["draft_seconds"] + commit + loop)
 
@@ -211,6 +238,8 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
         seqs += greedy_continuations(target, tokenizer, prompts[r::3], max_new_tokens, head.feature_layers)
         rounds.append(forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5, tree=True))
         ar_forwards.append(forward_latency(target, [1], prefix=prefix, repeats=5)[1])
+    rounds = agreeing_rounds(rounds, lambda: forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5,
+                                                            tree=True))
     measured = {n: min(r[n] for r in rounds) for n in rounds[0]}
     latency = monotone(measured)
     ar_per_token = sum(c.seconds for c in seqs) / sum(len(c.ids) - c.prompt_len for c in seqs)
@@ -241,6 +270,8 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
               "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
+              "target_latency_rounds": len(rounds),
+              "target_latency_spread": {str(k): round(v, 4) for k, v in spread(rounds).items()},
               "target_latency_seconds": {str(k): v for k, v in latency.items()},  # monotone(measured)
               "ar_forward_seconds": ar_forward, "loop_seconds": loop,
               "commit_seconds": commit, "ar_seconds_per_token": ar_per_token, "positions": first["positions"],

@@ -197,8 +197,10 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         result.origins += origins
         result.top2_gaps += gaps[: len(emitted)]
         result.cycles += 1
-        result.accepted_per_cycle.append(n)
-        _count_positions(result, cycle.attempted, n)
+        # drafts accepted after EOS (or past max_new_tokens) are not text: count only emitted ones
+        kept = origins.count("draft")
+        result.accepted_per_cycle.append(kept)
+        _count_positions(result, min(cycle.attempted, len(emitted)), kept)
         context += emitted
         if on_tokens:
             on_tokens(emitted, origins)

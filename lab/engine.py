@@ -12,10 +12,13 @@ runs on lab/exact.py's `ExactEngine`, which is batch-invariant and so exact, and
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, LlamaForCausalLM
+
+from .errors import LabError
 
 
 @dataclass
@@ -25,7 +28,12 @@ class Scored:
 
 
 def _exact(model: LlamaForCausalLM) -> bool:
-    return model.dtype == torch.bfloat16 and model.device.type == "cpu"
+    # LAB_ENGINE=transformers keeps a bfloat16 model on transformers (`bench --engine transformers`):
+    # the inexact path, for comparisons and profiles
+    forced = os.environ.get("LAB_ENGINE", "auto")
+    if forced not in ("auto", "transformers"):
+        raise LabError(f"LAB_ENGINE={forced!r}: use auto (the default) or transformers")
+    return forced == "auto" and model.dtype == torch.bfloat16 and model.device.type == "cpu"
 
 
 def engine_for(model: LlamaForCausalLM) -> "Engine":
@@ -113,7 +121,11 @@ class Engine:
 
     def keep(self, start: int, indices: list[int]) -> None:
         """Compact the cache: keep positions [0, start) plus start + indices (an accepted
-        tree path), in that order. Each layer's keys and values are index-selected."""
+        tree path), in that order. Each layer's keys and values are index-selected, unless the
+        path is a plain prefix of the new positions: then a crop does (no copy)."""
+        if list(indices) == list(range(len(indices))):
+            self.crop(start + len(indices))
+            return
         index = torch.cat([torch.arange(start), start + torch.as_tensor(indices, dtype=torch.long)])
         index = index.to(self.model.device)
         for layer in self.cache.layers:

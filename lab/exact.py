@@ -13,7 +13,7 @@ that a row's arithmetic depends on that row alone:
 - everything else in lab/csrc/exact_ops.c, row by row: the float32 residual stream and
   RMSNorm, RoPE (written straight into the cache), SwiGLU, and attention computed for each
   (row, head) alone over its allowed keys in cache order, softmax accumulated in float32;
-- the KV cache in float32, preallocated and grown by doubling.
+- the KV cache in float32 (keys transposed), preallocated and grown by doubling.
 
 So AR (one row per forward), a chain and a tree of any shape give bit-identical logits and
 hidden states for the same position, which `tests/test_exact.py` checks on the real target.
@@ -76,7 +76,8 @@ def _compile() -> ctypes.CDLL:
         cmd = ["gcc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", str(SOURCE), "-o", str(tmp), "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
-            raise LabError(f"compiling {SOURCE.name} failed: {done.stderr.strip().splitlines()[-1:]}")
+            first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[-200:])
+            raise LabError(f"compiling {SOURCE.name} failed: {first.strip()}")
         tmp.rename(out)
     # torch has loaded its libgomp already; the library binds to the same OpenMP runtime
     lib = ctypes.CDLL(str(out))
@@ -150,8 +151,9 @@ class PackedLlama:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
         self.inner = cfg.intermediate_size
-        if self.head_dim % 16 or cfg.hidden_size % 16 or self.heads % self.kv_heads:
-            raise LabError("the exact engine needs head and hidden sizes that are multiples of 16; use --dtype float32")
+        if self.head_dim % 16 or cfg.hidden_size % 16 or self.heads % self.kv_heads or self.heads > 8 * self.kv_heads:
+            raise LabError("the exact engine needs head and hidden sizes that are multiples of 16 and at most 8 query "
+                           "heads per KV head; use --dtype float32")
         inner = model.model
         self.layers = [_Layer(layer) for layer in inner.layers]
         self.norm = None if isinstance(inner.norm, torch.nn.Identity) else inner.norm.weight.detach().float()
@@ -188,10 +190,16 @@ class ExactEngine:
         self.reset()
 
     def _allocate(self, capacity: int) -> None:
-        shape = (len(self.w.layers), self.w.kv_heads, capacity, self.w.head_dim)
-        keys, values = torch.zeros(shape), torch.zeros(shape)
+        # keys transposed ([layer, kv head, channel, position]: 16 consecutive keys are one vector
+        # in the attention kernel), values as [layer, kv head, position, channel]. 16 spare
+        # positions keep the channel stride off multiples of 4 KB, where the kernel's reads of 64
+        # channels would all fall into the same cache set (it measured twice as fast this way)
+        capacity += 16
+        layers, heads, d = len(self.w.layers), self.w.kv_heads, self.w.head_dim
+        keys, values = torch.zeros(layers, heads, d, capacity), torch.zeros(layers, heads, capacity, d)
         if hasattr(self, "keys"):
-            keys[:, :, : self.length], values[:, :, : self.length] = self.keys[:, :, : self.length], self.values[:, :, : self.length]
+            keys[..., : self.length] = self.keys[..., : self.length]
+            values[:, :, : self.length] = self.values[:, :, : self.length]
         self.keys, self.values, self.capacity = keys, values, capacity
 
     def reset(self) -> None:
@@ -207,7 +215,7 @@ class ExactEngine:
         if torch.equal(index, torch.arange(len(indices))):
             self.length = start + len(indices)
             return
-        self.keys[:, :, start: start + len(indices)] = self.keys[:, :, start + index]
+        self.keys[..., start: start + len(indices)] = self.keys[..., start + index]
         self.values[:, :, start: start + len(indices)] = self.values[:, :, start + index]
         self.length = start + len(indices)
 

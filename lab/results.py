@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from .artifacts import atomic_write, repo_path
-from .bench import format_table
+from .bench import PEERS, format_table, verification_line
 from .errors import LabError
 from .figures import load_manifest
 from .paths import DATA_DIR, ROOT
@@ -32,7 +32,6 @@ KEY_FIGURES = ("steps", "budget_minutes", "cpu_budget_minutes", "train.response_
                "heldout_top1_agreement", "heldout_top1_agreement_by_depth",
                "evaluation.heldout_top1_agreement_by_depth", "evaluation.heldout_n_alpha",
                "evaluation.heldout_unique_prompts.heldout_top1_agreement_by_depth")
-README_START, README_END = "<!-- notebook-times:start -->", "<!-- notebook-times:end -->"
 TREE_COLUMNS = ("depth", "top_k", "total_tokens", "draft_vocab", "predicted_tau", "predicted_speedup")
 
 
@@ -148,13 +147,54 @@ def render_notebook_times() -> str:
             f"[RESULTS.md](RESULTS.md#notebooks-at-full-size)): {times}.")
 
 
+EXACT_BENCH, EXACT_PEERS = RESULTS_DIR / "bench_exact_bf16.json", RESULTS_DIR / "bench_exact_bf16_llamacpp.json"
+PROFILES = (("before: transformers' bfloat16 forward", RESULTS_DIR / "profile_transformers_bf16.json"),
+            ("after: the exact engine", RESULTS_DIR / "profile_exact_bf16.json"))
+
+
+def _profile_table(result: dict, top: int = 8) -> list[str]:
+    lines = ["| function | calls | own s | cumulative s |", "|---|---|---|---|"]
+    return lines + [f"| `{e['function']}` | {e['calls']} | {e['own_seconds']:.2f} | {e['cumulative_seconds']:.2f} |"
+                    for e in result["profile"][:top]]
+
+
+def render_exact_headline() -> str:
+    """The README's headline for the exact bfloat16 engine: the benchmark of its issue, llama.cpp
+    beside the lab's best, and the profile before and after, all from data/results/."""
+    if not EXACT_BENCH.exists():
+        return "No exact-engine benchmark recorded yet (`make bench-exact`)."
+    result = _load(EXACT_BENCH)
+    m = result["machine"]
+    lines = [f"`{result['command']}` on {m.get('cpu', '?')}, {m.get('cores', '?')} cores (commit {_commit(result)}):",
+             "", format_table(result), "", verification_line(result) + "."]
+    if EXACT_PEERS.exists():
+        peers = _load(EXACT_PEERS)["methods"]
+        best = max((name for name in peers if name not in PEERS and name != "ar"), key=lambda n: peers[n]["tokens_per_s"])
+        lines += ["", f"The yardstick a CPU user would pick instead, llama.cpp on the GGUF file itself (Q4_1 weights, "
+                      f"other arithmetic): {peers['llamacpp']['tokens_per_s']:.1f} tok/s against the lab's `{best}` "
+                      f"{peers[best]['tokens_per_s']:.1f} tok/s and `ar` {peers['ar']['tokens_per_s']:.1f} tok/s in the "
+                      f"same run ([{EXACT_PEERS.stem}](RESULTS.md#{EXACT_PEERS.stem}))."]
+    for title, path in PROFILES:
+        if path.exists():
+            profile = _load(path)
+            lines += ["", f"Profile, {title} (`{profile['command']}`, top entries by own time):", ""]
+            lines += _profile_table(profile)
+    return "\n".join(lines)
+
+
+# the README's generated blocks: marker name -> renderer
+README_BLOCKS = {"notebook-times": render_notebook_times, "exact-bf16": render_exact_headline}
+
+
 def render_readme(text: str) -> str:
-    """`text` (the README) with the block between the notebook-times markers re-rendered."""
-    if README_START not in text or README_END not in text:
-        raise LabError(f"README.md lacks the markers {README_START} ... {README_END} under the notebook map")
-    head, rest = text.split(README_START, 1)
-    tail = rest.split(README_END, 1)[1]
-    return f"{head}{README_START}\n{render_notebook_times()}\n{README_END}{tail}"
+    """`text` (the README) with every generated block (between its markers) re-rendered."""
+    for name, render in README_BLOCKS.items():
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start not in text or end not in text:
+            raise LabError(f"README.md lacks the markers {start} ... {end}: put them back where that block goes")
+        head, rest = text.split(start, 1)
+        text = f"{head}{start}\n{render()}\n{end}{rest.split(end, 1)[1]}"
+    return text
 
 
 def render_results() -> str:

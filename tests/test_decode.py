@@ -61,6 +61,9 @@ def test_eos_inside_an_accepted_block(target, tokenizer):
     out = decode(Engine(target), OracleDraft(len(prompt), ar.tokens), prompt, 12, GREEDY, 4, 0, eos_id=eos)
     assert out.tokens == ar.tokens[:7]
     assert out.origins == ["draft"] * 4 + ["bonus"] + ["draft"] * 2
+    # the second cycle accepted 4 drafts, but only 2 of them (up to EOS) are text
+    assert out.accepted_per_cycle == [4, 2]
+    assert out.attempted_by_position == [2, 2, 1, 1] and out.accepted_by_position == [2, 2, 1, 1]
 
 
 def test_max_new_tokens_reached_inside_an_accepted_block(tiny, tokenizer):

@@ -241,6 +241,18 @@ def test_training_resumes_from_a_checkpoint_and_refuses_a_wrong_one(tiny, tmp_pa
         train_head("no-token", 5.0, target=tiny, data=data, max_steps=6, out=out, eval_prompts=1, resume=True)
 
 
+def test_tuning_refuses_rounds_a_busy_machine_made_disagree():
+    from lab.costmodel import agreeing_rounds
+    from lab.errors import LabError
+    quiet = [{1: 0.020, 8: 0.024}, {1: 0.021, 8: 0.025}, {1: 0.023, 8: 0.024}]
+    assert agreeing_rounds(quiet, measure=lambda: pytest.fail("quiet rounds need no more")) == quiet
+    # the review's busy machine: T(2..6) ten times T(1) in one round; a fourth round agrees
+    busy = [{1: 0.2, 4: 2.6}, {1: 0.2, 4: 0.21}, {1: 0.35, 4: 0.5}]
+    assert len(agreeing_rounds(busy, measure=lambda: {1: 0.2, 4: 0.22})) == 4
+    with pytest.raises(LabError, match="busy"):
+        agreeing_rounds(busy, measure=lambda: {1: 0.9, 4: 4.0})
+
+
 def test_monotone_latency_pools_dips_and_keeps_increasing_curves():
     from lab.costmodel import monotone
     rising = {1: 0.03, 4: 0.05, 16: 0.08}

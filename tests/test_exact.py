@@ -2,6 +2,9 @@
 are bit-for-bit what scoring the same positions one at a time gives, for chains and random
 trees after random cache lengths; and transformers' own bfloat16 path fails the same check,
 so the check can fail."""
+from collections import Counter
+
+import numpy as np
 import pytest
 import torch
 
@@ -105,3 +108,56 @@ def test_a_cpu_without_bfloat16_units_gets_one_line(monkeypatch):
     monkeypatch.setattr(lab.exact, "bf16_support", lambda: "this CPU has no bfloat16 matrix instructions")
     with pytest.raises(LabError, match="--dtype float32"):
         ExactEngine(tiny_target(3).to(torch.bfloat16))
+
+
+def _first_two(model, drafter, prompt, sampling, n):
+    """Counts of the first two sampled tokens over n seeds (each a fresh decode)."""
+    engine = engine_for(model)
+    return Counter(tuple(decode(engine, drafter, prompt, 2, sampling, 2, seed, eos_id=None).tokens) for seed in range(n))
+
+
+def _target_pairs(model, prompt, sampling):
+    """The target's exact distribution of the first two tokens: {(a, b): p(a) p(b | a)}."""
+    from lab.sampling import probabilities
+    engine = engine_for(model)
+    engine.forward(prompt[:-1])
+    first = probabilities(engine.forward(prompt[-1:]).logits, sampling)[0]
+    out = {}
+    for a in first.nonzero().flatten().tolist():
+        engine.crop(len(prompt))
+        second = probabilities(engine.forward([a]).logits, sampling)[0]
+        for b in second.nonzero().flatten().tolist():
+            out[(a, b)] = float(first[a] * second[b])
+    return out
+
+
+def _always_take_the_first_child(tokens, parents, p, uniforms, noise):
+    """Broken verification: walks down the first child of every node without checking it."""
+    from lab.verify import TreeResult, children_of
+    children, path = children_of(parents), [0]
+    while children[path[-1]]:
+        path.append(children[path[-1]][0])
+    return TreeResult(path, [tokens[i] for i in path[1:]] + [int(torch.multinomial(p[path[-1]], 1))])
+
+
+@pytest.mark.slow
+def test_sampled_tree_decoding_in_bfloat16_keeps_the_target_distribution(tokenizer, monkeypatch):
+    """At temperature 1 (top-k 6 to keep the cells few), the first two tokens of tree decoding
+    on the exact engine follow the target's own distribution; broken verification does not."""
+    from test_verify import chi2_pvalue
+    import lab.decode
+    model = tiny_target(4).to(torch.bfloat16)
+    drafter = TreeModelDraft(make_draft(model, 1), depth=2, top_k=2, total_tokens=5)
+    prompt = tokenizer("Sampling must not change", add_special_tokens=False).input_ids
+    sampling = Sampling(1.0, top_k=6)
+    expected = _target_pairs(model, prompt, sampling)
+    cells = sorted(expected)
+
+    def pvalue(counts):
+        if set(counts) - set(expected):
+            return 0.0
+        return chi2_pvalue(np.array([counts.get(c, 0) for c in cells]), [expected[c] for c in cells])
+
+    assert pvalue(_first_two(model, drafter, prompt, sampling, 1500)) > 1e-3
+    monkeypatch.setattr(lab.decode, "verify_tree", _always_take_the_first_child)
+    assert pvalue(_first_two(model, drafter, prompt, sampling, 1500)) < 1e-6

@@ -10,7 +10,8 @@
  * one-token forward would otherwise pay.
  *
  * Layouts: the residual stream x is float32 [n, hidden]; bfloat16 tensors are uint16 bits;
- * the KV cache is float32 [kv_heads, capacity, head_dim] per layer. head_dim and hidden must
+ * per layer the cache holds keys transposed, float32 [kv_heads, head_dim, capacity] (so 16
+ * consecutive keys are one vector), and values as float32 [kv_heads, capacity, head_dim]. head_dim and hidden must
  * be multiples of 16 (checked in Python).
  */
 #include <math.h>
@@ -62,7 +63,7 @@ void add_norm(float *x, const uint16_t *delta, const float *weight, float eps, u
 }
 
 /* qkv bfloat16 [n, (hq + 2 hkv) d] -> q float32 [n, hq, d] with RoPE; k (with RoPE) and v into
- * the cache rows start.. start + n - 1. cos, sin: float32 [n, d]. */
+ * the cache at positions start.. start + n - 1. cos, sin: float32 [n, d]. */
 void rope_into_cache(const uint16_t *qkv, const float *cos_, const float *sin_, float *q, float *kcache,
                      float *vcache, int64_t n, int64_t hq, int64_t hkv, int64_t d, int64_t capacity,
                      int64_t start, int threads) {
@@ -72,65 +73,196 @@ void rope_into_cache(const uint16_t *qkv, const float *cos_, const float *sin_, 
         const uint16_t *row = qkv + r * width;
         const float *cr = cos_ + r * d, *sr = sin_ + r * d;
         for (int64_t h = 0; h < hq + 2 * hkv; h++) {
-            float *dst = h < hq ? q + (r * hq + h) * d
-                       : h < hq + hkv ? kcache + ((h - hq) * capacity + start + r) * d
-                       : vcache + ((h - hq - hkv) * capacity + start + r) * d;
             const uint16_t *src = row + h * d;
             if (h >= hq + hkv) {  /* values: no rotation */
+                float *dst = vcache + ((h - hq - hkv) * capacity + start + r) * d;
                 for (int64_t c = 0; c < d; c++) dst[c] = from_bf16(src[c]);
                 continue;
             }
+            /* queries row-major; keys transposed, channel c of position p at c * capacity + p */
+            float *dst = h < hq ? q + (r * hq + h) * d : kcache + (h - hq) * d * capacity + start + r;
+            const int64_t step = h < hq ? 1 : capacity;
             for (int64_t c = 0; c < half; c++) {
                 const float a = from_bf16(src[c]), b = from_bf16(src[c + half]);
-                dst[c] = a * cr[c] - b * sr[c];
-                dst[c + half] = b * cr[c + half] + a * sr[c + half];
+                dst[c * step] = a * cr[c] - b * sr[c];
+                dst[(c + half) * step] = b * cr[c + half] + a * sr[c + half];
             }
         }
     }
 }
 
-/* Attention of q [n, hq, d] over the cache [hkv, capacity, d] (first t rows valid), each
- * (row, head) alone: the row's allowed keys in cache order (a prefix plus the row's ancestors,
- * so the same keys in the same order as when the position is scored alone), fixed-order dot
- * products, softmax in float32 with a running sum in key order, and the weighted sum of values
- * in key order. out: bfloat16 [n, hq * d], the input of the output projection. */
-void tree_attention(const float *q, const float *k, const float *v, const uint8_t *allowed, uint16_t *out,
+/* 16 floats (or ints) as one value: GCC's vector extensions, so that the kernel's lanes are
+ * explicit (AVX-512 with -march=native) and its order of operations is fixed by the source */
+typedef float f16 __attribute__((vector_size(64)));
+typedef int32_t i16 __attribute__((vector_size(64)));
+
+static inline f16 load16(const float *src) {
+    f16 v;
+    memcpy(&v, src, sizeof v);
+    return v;
+}
+
+/* exp of 16 values x <= 0 (Cephes' expf: Cody-Waite reduction, degree-6 polynomial, about
+ * 1 ulp; below -87 the result is flushed to 2^-126, a weight of nothing) */
+static inline f16 exp16(f16 x) {
+    const f16 low = x - x - 87.0f, magic = x - x + 12582912.0f;  /* 1.5 * 2^23 rounds to an integer */
+    const i16 below = x < low;  /* all ones where x < -87: take -87 there */
+    i16 xi, li;
+    memcpy(&xi, &x, sizeof xi);
+    memcpy(&li, &low, sizeof li);
+    xi = (xi & ~below) | (li & below);
+    memcpy(&x, &xi, sizeof x);
+    const f16 n = (x * 1.44269504088896341f + magic) - magic;
+    const f16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    f16 p = r - r + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const f16 y = p * r * r + r + 1.0f;
+    const i16 bits = (__builtin_convertvector(n, i16) + 127) << 23;
+    f16 two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return y * two_n;
+}
+
+#define MAX_GROUP 8 /* query heads per KV head the attention kernel takes (checked in Python) */
+
+static inline float fold16(f16 v) {
+    float lane[LANES];
+    memcpy(lane, &v, sizeof lane);
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+    return lane[0];
+}
+
+/* One (row, KV head) of the attention below: `keys` are the row's m allowed positions, p a
+ * scratch of group x padded floats, block of d x 16. Inlined with `group` a constant (see the
+ * switch below), so the partial sums stay in registers. */
+static inline __attribute__((always_inline)) void attend_row(
+        const float *qg, const float *ktg, const float *vg, const int64_t *keys, int64_t m, int64_t d,
+        int64_t capacity, int64_t padded, float scale, const int group, float *p, float *block, uint16_t *o) {
+    /* 2. scores, 16 keys per block, one key per lane; four partial sums per head over the
+     *    channels c = 0, 1, 2, 3 mod 4 (independent chains keep the FMA units busy), added in a
+     *    fixed order */
+    for (int64_t b = 0; b < m; b += LANES) {
+        const int64_t width = m - b < LANES ? m - b : LANES;
+        const float *src = ktg + keys[b];
+        int64_t stride = capacity;
+        if (width < LANES || keys[b + LANES - 1] - keys[b] != LANES - 1) {
+            for (int64_t c = 0; c < d; c++)  /* a partial block repeats its first key */
+                for (int l = 0; l < LANES; l++)
+                    block[c * LANES + l] = ktg[c * capacity + keys[b + (l < width ? l : 0)]];
+            src = block;
+            stride = LANES;
+        }
+        f16 part[MAX_GROUP][4];
+        for (int h = 0; h < group; h++)
+            for (int i = 0; i < 4; i++) part[h][i] = (f16){0};
+        for (int64_t c = 0; c < d; c += 4) {
+            const f16 k0 = load16(src + c * stride), k1 = load16(src + (c + 1) * stride),
+                      k2 = load16(src + (c + 2) * stride), k3 = load16(src + (c + 3) * stride);
+            for (int h = 0; h < group; h++) {
+                const float *qh = qg + h * d + c;
+                part[h][0] += qh[0] * k0;
+                part[h][1] += qh[1] * k1;
+                part[h][2] += qh[2] * k2;
+                part[h][3] += qh[3] * k3;
+            }
+        }
+        for (int h = 0; h < group; h++) {
+            const f16 score = ((part[h][0] + part[h][1]) + (part[h][2] + part[h][3])) * scale;
+            memcpy(p + h * padded + b, &score, sizeof score);
+        }
+    }
+    /* 3. softmax: the max (exact in any order), exp, a 16-lane sum folded in halves */
+    const int64_t blocks = (m + LANES - 1) / LANES;
+    for (int h = 0; h < group; h++) {
+        float *ph = p + h * padded;
+        f16 top16 = load16(ph);
+        for (int64_t j = LANES; j + LANES <= m; j += LANES) {
+            const f16 x = load16(ph + j);
+            for (int l = 0; l < LANES; l++) top16[l] = x[l] > top16[l] ? x[l] : top16[l];
+        }
+        float top = -INFINITY;
+        for (int l = 0; l < LANES && l < m; l++) top = top16[l] > top ? top16[l] : top;
+        for (int64_t j = m / LANES * LANES; j < m; j++) top = ph[j] > top ? ph[j] : top;
+        f16 total = {0};
+        for (int64_t b = 0; b < blocks; b++) {
+            f16 e = exp16(load16(ph + b * LANES) - top);
+            if (b == blocks - 1)
+                for (int l = (int)(m - b * LANES); l < LANES; l++) e[l] = 0.0f;
+            memcpy(ph + b * LANES, &e, sizeof e);
+            total += e;
+        }
+        const float inv = 1.0f / fold16(total);
+        for (int64_t j = 0; j < blocks * LANES; j++) ph[j] *= inv;
+    }
+    /* 4. values weighted in key order, 16 channels per lane block; even and odd keys in two
+     *    partial sums (again for independent chains), added at the end */
+    for (int64_t c = 0; c < d; c += LANES) {
+        f16 even[MAX_GROUP], odd[MAX_GROUP];
+        for (int h = 0; h < group; h++) even[h] = odd[h] = (f16){0};
+        int64_t j = 0;
+        for (; j + 1 < m; j += 2) {
+            const f16 v0 = load16(vg + keys[j] * d + c), v1 = load16(vg + keys[j + 1] * d + c);
+            for (int h = 0; h < group; h++) {
+                even[h] += p[h * padded + j] * v0;
+                odd[h] += p[h * padded + j + 1] * v1;
+            }
+        }
+        if (j < m) {
+            const f16 v0 = load16(vg + keys[j] * d + c);
+            for (int h = 0; h < group; h++) even[h] += p[h * padded + j] * v0;
+        }
+        for (int h = 0; h < group; h++) {
+            const f16 sum = even[h] + odd[h];
+            for (int l = 0; l < LANES; l++) o[h * d + c + l] = to_bf16(sum[l]);
+        }
+    }
+}
+
+/* Attention of q [n, hq, d] over the cache (keys transposed: [hkv, d, capacity]; values
+ * [hkv, capacity, d]; the first t positions valid), each (row, KV head) alone:
+ *   1. the row's allowed keys, gathered in cache order (a prefix plus the row's ancestors, so
+ *      the same keys in the same order as when the position is scored alone);
+ *   2. scores for 16 keys at a time, one key per lane (keys that are not contiguous in the
+ *      cache are first copied into a 16-wide block, so the arithmetic is the same either way);
+ *   3. softmax in float32;
+ *   4. the weighted sum of values in key order.
+ * Every step depends on the row's own keys only. out: bfloat16 [n, hq * d], the input of the
+ * output projection. */
+void tree_attention(const float *q, const float *kt, const float *v, const uint8_t *allowed, uint16_t *out,
                     int64_t n, int64_t hq, int64_t hkv, int64_t d, int64_t capacity, int64_t t,
                     float scale, int threads) {
-    const int64_t group = hq / hkv;
+    const int64_t group = hq / hkv, padded = (t + LANES - 1) / LANES * LANES;
 #pragma omp parallel num_threads(threads)
     {
-        int64_t *keys = malloc(sizeof(int64_t) * (size_t)t);
-        float *p = malloc(sizeof(float) * (size_t)t);
-        float *acc = malloc(sizeof(float) * (size_t)d);
+        int64_t *keys = malloc(sizeof(int64_t) * (size_t)padded);
+        float *p = aligned_alloc(64, sizeof(float) * (size_t)(group * padded));
+        float *block = aligned_alloc(64, sizeof(float) * (size_t)(d * LANES));
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < n * hkv; item++) {
             const int64_t row = item / hkv, g = item % hkv;
             int64_t m = 0;
-            for (int64_t j = 0; j < t; j++)
+            for (int64_t j = 0; j < t; j++)  /* 1. */
                 if (allowed[row * t + j]) keys[m++] = j;
-            const float *kg = k + g * capacity * d, *vg = v + g * capacity * d;
-            for (int64_t h = g * group; h < (g + 1) * group; h++) {
-                const float *qh = q + (row * hq + h) * d;
-                float top = -INFINITY, total = 0.0f;
-                for (int64_t j = 0; j < m; j++) {
-                    p[j] = dot(qh, kg + keys[j] * d, d) * scale;
-                    top = p[j] > top ? p[j] : top;
-                }
-                for (int64_t c = 0; c < d; c++) acc[c] = 0.0f;
-                for (int64_t j = 0; j < m; j++) {
-                    const float w = expf(p[j] - top);
-                    const float *vj = vg + keys[j] * d;
-                    total += w;
-                    for (int64_t c = 0; c < d; c++) acc[c] += w * vj[c];
-                }
-                uint16_t *o = out + (row * hq + h) * d;
-                for (int64_t c = 0; c < d; c++) o[c] = to_bf16(acc[c] / total);
+            const float *qg = q + (row * hq + g * group) * d, *ktg = kt + g * d * capacity, *vg = v + g * capacity * d;
+            uint16_t *o = out + (row * hq + g * group) * d;
+#define ATTEND(G) attend_row(qg, ktg, vg, keys, m, d, capacity, padded, scale, G, p, block, o)
+            switch (group) {
+                case 1: ATTEND(1); break;
+                case 2: ATTEND(2); break;
+                case 3: ATTEND(3); break;
+                case 4: ATTEND(4); break;
+                default: ATTEND(MAX_GROUP < group ? MAX_GROUP : (int)group); break;
             }
+#undef ATTEND
         }
         free(keys);
         free(p);
-        free(acc);
+        free(block);
     }
 }
 
