@@ -6,10 +6,10 @@ result depends on the rows that come with it: library kernels pick their blockin
 so `ExactEngine` runs the Llama forward itself over the same weights, with every step chosen so
 that a row's arithmetic depends on that row alone:
 
-- linears: bfloat16 weights packed once for oneDNN (no repacking per call), fed at least two
-  and at most `BLOCK_ROWS` rows per call. oneDNN takes another kernel for a single row on
-  some shapes, and the LM head's kernel changed with the row count past 48 on one CPU, while
-  2..32 rows gave identical rows on every shape checked (tests/test_exact.py checks again);
+- linears: bfloat16 weights packed once for oneDNN (no repacking per call), fed at least
+  `MIN_ROWS` and at most `BLOCK_ROWS` rows per call. oneDNN takes another kernel for a single
+  row on some shapes, and the LM head's kernel changed with the row count past 48 on one CPU,
+  while 2..32 rows gave identical rows on every shape checked (tests/test_exact.py checks again);
 - everything else in lab/csrc/exact_ops.c, row by row: the float32 residual stream and
   RMSNorm, RoPE (written straight into the cache), SwiGLU, and attention computed for each
   (row, head) alone over its allowed keys in cache order, softmax accumulated in float32;
@@ -26,6 +26,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import torch
 from transformers import LlamaForCausalLM
@@ -34,7 +35,10 @@ from .engine import Scored
 from .errors import LabError
 from .paths import CACHE_DIR
 
-BLOCK_ROWS = 32  # rows per packed-linear call: 2..32 gave row-identical results on every shape checked
+# Rows per packed-linear call. 2..32 rows gave row-identical results on every shape checked, one
+# row did not; 4 rows ran fastest of 1..8 on an AMD EPYC (10.1 ms for the 30 layers and the LM
+# head, against 11.5 for one row and 12.9 for two), so fewer rows are padded to 4.
+MIN_ROWS, BLOCK_ROWS = 4, 32
 SOURCE = Path(__file__).resolve().parent / "csrc" / "exact_ops.c"
 
 
@@ -107,16 +111,26 @@ def _pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    """x [n, in] bfloat16 -> [n, out] bfloat16, in calls of 2..BLOCK_ROWS rows (a single row is
-    paired with a copy of itself), so that every row goes through the same kernel."""
+    """x [n, in] bfloat16 -> [n, out] bfloat16, in calls of MIN_ROWS..BLOCK_ROWS rows (fewer rows
+    are padded with copies of the first), so that every row goes through the same kernel."""
     outs = []
     for start in range(0, x.shape[0], BLOCK_ROWS):
         block = x[start: start + BLOCK_ROWS]
         rows = block.shape[0]
-        if rows == 1:
-            block = block.expand(2, -1)
+        if rows < MIN_ROWS:
+            block = torch.cat([block, block[:1].expand(MIN_ROWS - rows, -1)])
         outs.append(torch.ops.mkldnn._linear_pointwise(block.contiguous(), packed, None, "none", [], "")[:rows])
     return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def fast_linear(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x -> x @ weight.T, packed once for oneDNN when the weight is bfloat16 on a CPU that runs the
+    exact engine (a drafter's LM head over its vocabulary: speed only, drafts need no exactness),
+    plain `F.linear` otherwise."""
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or bf16_support() is not None:
+        return lambda x: torch.nn.functional.linear(x, weight)
+    packed = _pack(weight)
+    return lambda x: packed_linear(x.to(torch.bfloat16).reshape(-1, x.shape[-1]), packed).reshape(*x.shape[:-1], -1)
 
 
 class _Layer:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import LabError
+from ..exact import fast_linear
 from ..sampling import RandomStream, Sampling
 from ..trees import DraftTree, Expand, dynamic_tree, top_children
 from .model import frontier_mask
@@ -108,8 +109,7 @@ class EagleDraft:
             self.name = "eagle1" if mode == "static" else "eagle2"
             weight = head.body.lm_head.weight
             self.vocab = None if vocab is None else vocab.cpu()
-            vocab_weight = weight if vocab is None else weight[vocab.to(weight.device)].contiguous()
-            self._logits = lambda states: torch.nn.functional.linear(states, vocab_weight)
+            self._logits = fast_linear(weight if vocab is None else weight[vocab.to(weight.device)].contiguous())
 
     def _logp(self, states: torch.Tensor) -> torch.Tensor:
         """Draft log-probabilities [n, V'] over the draft vocabulary (column i is token
