@@ -18,6 +18,9 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-layers", type=int, default=2, choices=[1, 2, 4],
                    help="which shipped draft `sd` uses (default 2)")
     p.add_argument("--tree", default="4,4,16", help="sd-tree: depth,top-k,total tokens (default 4,4,16)")
+    p.add_argument("--judge-threshold", type=float, default=None,
+                   help="judge: accept a draft if P(correct) > this (default: the shipped head's delta)")
+    p.add_argument("--verify-top-k", type=int, default=2, help="topk: accept drafts among the target's top K (default 2)")
     p.add_argument("--eagle-tree", default="auto",
                    help="eagle1/eagle2/eagle3: depth,top-k,total tokens, or auto = the size `python -m lab tune tree` "
                         "chose for this machine and head (default); a given tree applies to every EAGLE method "
@@ -66,6 +69,15 @@ def _eagle3(args: argparse.Namespace, target):
     return load_head(target), choice, head_manifest()["rank_accuracy"]
 
 
+def _setup_lossy(args: argparse.Namespace, setup, methods: list[str]) -> None:
+    """judge: the shipped judge head (and --judge-threshold); topk: --verify-top-k."""
+    setup.verify_top_k = args.verify_top_k
+    if "judge" in methods:
+        from .judge import JudgeRule, load_judge
+        probe, delta = load_judge(setup.target)
+        setup.judge = JudgeRule(probe, delta if args.judge_threshold is None else args.judge_threshold)
+
+
 def _setup_eagle(args: argparse.Namespace, setup, methods: list[str]) -> None:
     from .bench import EAGLE3_METHODS
     if any(m in ("eagle1", "eagle2") for m in methods):
@@ -104,11 +116,12 @@ def _bench(args: argparse.Namespace) -> None:
         raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
     prompts = prompts_file(args.prompts, args.limit) if args.prompts else load_prompts(args.dataset, args.limit)
     os.environ["LAB_ENGINE"] = args.engine  # read by lab.engine.engine_for, wherever a forward is made
-    target, draft, tokenizer, sampling = _load(args, need_draft=any(m in ("sd", "sd-tree", "hf-assisted")
+    target, draft, tokenizer, sampling = _load(args, need_draft=any(m in ("sd", "sd-tree", "hf-assisted", "judge", "topk")
                                                                     for m in methods))
     setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, args.kernel,
                   args.tree)
     _setup_eagle(args, setup, methods)
+    _setup_lossy(args, setup, methods)
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
     if args.profile:
         from .bench import profiled
@@ -129,11 +142,17 @@ def _generate(args: argparse.Namespace) -> None:
     from .bench import Setup
     from .drafters import ModelDraft, NoDraft, TreeModelDraft
     from .engine import engine_for
-    target, draft, tokenizer, sampling = _load(args, need_draft=args.method in ("sd", "sd-tree"))
+    target, draft, tokenizer, sampling = _load(args, need_draft=args.method in ("sd", "sd-tree", "judge", "topk"))
+    rule = None
     if args.method == "ar":
         drafter = NoDraft()
-    elif args.method == "sd":
+    elif args.method in ("sd", "judge", "topk"):
         drafter = ModelDraft(draft)
+        if args.method != "sd":
+            setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
+            _setup_lossy(args, setup, [args.method])
+            from .judge import TopKRule
+            rule = setup.judge if args.method == "judge" else TopKRule(setup.verify_top_k)
     elif args.method == "sd-tree":
         drafter = TreeModelDraft(draft, *args.tree)
     else:
@@ -154,7 +173,7 @@ def _generate(args: argparse.Namespace) -> None:
             print(f"{colour}{piece}\033[0m" if colour else piece, end="", flush=True)
 
     result = decode(engine_for(target), drafter, chat_ids(tokenizer, args.prompt), args.max_new_tokens, sampling,
-                    args.draft_len, args.seed, tokenizer.eos_token_id, on_tokens=show, kernel=args.kernel)
+                    args.draft_len, args.seed, tokenizer.eos_token_id, on_tokens=show, kernel=args.kernel, rule=rule)
     print()
     legend = "" if args.no_color else "  (green: accepted draft, red: corrected by target, blue: bonus)"
     print(f"[{args.method}] {len(result.tokens)} tokens in {result.seconds:.2f} s, "
@@ -172,6 +191,9 @@ def _train(args: argparse.Namespace) -> None:
         if args.layers is None:
             raise LabError("`train draft` needs --layers N (1, 2 or 4)")
         print(train_draft(args.layers, args.minutes or 6.0, batch=args.batch, lr=args.lr or 2e-3, resume=args.resume))
+    elif args.what == "judge":
+        from .train.judge import train_judge
+        train_judge()
     elif args.what == "eagle3":
         from .eagle3 import head_path
         from .train.eagle3 import train_eagle3
@@ -258,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = sub.add_parser("generate", help="stream one answer, coloured by token origin")
     gen.add_argument("prompt")
-    gen.add_argument("--method", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static"],
+    gen.add_argument("--method", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "judge", "topk"],
                      default="eagle2")
     gen.add_argument("--no-color", action="store_true")
     _add_sampling(gen)
@@ -272,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
 
     train = sub.add_parser("train", help="distil a draft model or train an EAGLE head from the target "
                                         "(eagle3 also runs under torchrun --nproc_per_node N)")
-    train.add_argument("what", choices=["draft", "eagle1", "eagle3"])
+    train.add_argument("what", choices=["draft", "eagle1", "eagle3", "judge"])
     train.add_argument("--layers", type=int, help="draft: decoder layers (1, 2 or 4)")
     train.add_argument("--variant", default="eagle1", choices=["eagle1", "no-token", "token-only"],
                        help="eagle1: what the head sees (default: feature + next token)")

@@ -23,8 +23,9 @@ from .engine import engine_for, engine_kind
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
 
-METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "hf", "hf-assisted", "hf-pld",
-           "llamacpp")
+METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "judge", "topk", "hf", "hf-assisted",
+           "hf-pld", "llamacpp")
+LOSSY_METHODS = ("judge", "topk")  # the sd draft's chain with a lossy acceptance rule (lab/judge.py): not lossless
 EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
 EAGLE3_METHODS = ("eagle3", "eagle3-static")  # the EAGLE-3 head with EAGLE-2's dynamic tree, or a static one
 STATIC_METHODS = ("eagle1", "eagle3-static")  # EAGLE-1's static tree, shaped by the head's per-rank accuracy
@@ -50,6 +51,8 @@ class Setup:
     head3: torch.nn.Module | None = None       # eagle3: the EAGLE-3 head
     eagle3_tree: TreeChoice | None = None      # eagle3: its tree size (tuned for it, or given)
     rank_accuracy3: list[float] | None = None  # eagle3-static: the EAGLE-3 head's per-rank accuracy
+    judge: object | None = None                # judge: the JudgeRule (lab/judge.py), head and threshold
+    verify_top_k: int = 2                      # topk: accept drafts among the target's top K
 
     def tree_for(self, method: str) -> TreeChoice:
         return self.eagle3_tree if method in EAGLE3_METHODS else self.eagle_tree
@@ -71,13 +74,14 @@ class Setup:
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
 
 
-def _ours(setup: Setup, drafter, draft_len: int | None = None) -> Runner:
-    """Our loop; `draft_len` (default setup.draft_len) caps the drafts per cycle (a tree's depth)."""
+def _ours(setup: Setup, drafter, draft_len: int | None = None, rule=None) -> Runner:
+    """Our loop; `draft_len` (default setup.draft_len) caps the drafts per cycle (a tree's depth);
+    `rule` a lossy acceptance rule (judge, topk)."""
     engine = engine_for(setup.target)
 
     def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
         return decode(engine, drafter, prompt, max_new_tokens, setup.sampling, draft_len or setup.draft_len,
-                      prompt_seed(setup.seed, index), setup.tokenizer.eos_token_id, kernel=setup.kernel)
+                      prompt_seed(setup.seed, index), setup.tokenizer.eos_token_id, kernel=setup.kernel, rule=rule)
     return run
 
 
@@ -156,6 +160,13 @@ def make_runner(setup: Setup, method: str) -> Runner:
         return _ours(setup, TreeModelDraft(setup.draft, *setup.tree))
     if method in EAGLE_METHODS:
         return _ours(setup, setup.eagle_drafter(method), setup.tree_for(method).depth)
+    if method == "judge":
+        if setup.judge is None:
+            raise LabError("judge needs a judge rule (Setup.judge; the command line loads data/judge/judge.json)")
+        return _ours(setup, ModelDraft(setup.draft), rule=setup.judge)
+    if method == "topk":
+        from .judge import TopKRule
+        return _ours(setup, ModelDraft(setup.draft), rule=TopKRule(setup.verify_top_k))
     if method in ("hf", "hf-assisted", "hf-pld"):
         return _hf(setup, method)
     if method == "llamacpp":
@@ -186,6 +197,12 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
                 "draft_vocab": t.draft_vocab or "all",
                 "predicted_tau": t.static_predicted_tau if static else t.predicted_tau,
                 "predicted_speedup": t.static_predicted_speedup if static else t.predicted_speedup}
+    if method in LOSSY_METHODS:
+        rule = (f"judge: draft accepted if it is the target's argmax or P(correct) > {setup.judge.delta:.3f} "
+                f"(layer {setup.judge.probe.layer})" if method == "judge" and setup.judge else
+                f"top-k: draft accepted if among the target's top {setup.verify_top_k}")
+        return {"loop": "lab.decode", "draft": f"the sd draft ({draft_layers} layers), a chain",
+                "draft_len": setup.draft_len, "acceptance": rule, "lossless": False}
     if method == "llamacpp":
         return {"loop": "llama_cpp.Llama.generate", "weights": "the GGUF file itself (Q4_1)",
                 "threads": torch.get_num_threads(), "lossless": "no: other arithmetic (Q4_1), identity not expected"}

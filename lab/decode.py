@@ -18,7 +18,8 @@ from .engine import Engine
 from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
 from .trees import DraftTree
-from .verify import ChainResult, TreeResult, verify_chain, verify_chain_greedy, verify_tree, verify_tree_greedy
+from .verify import (ChainResult, TreeResult, verify_chain, verify_chain_greedy, verify_chain_lossy, verify_tree,
+                     verify_tree_greedy)
 
 KERNELS = ("torch", "triton")
 
@@ -130,10 +131,13 @@ def _features(scored, layers: tuple[int, ...], rows: list[int] | None = None) ->
 
 
 def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch.Tensor | None, kernel: str,
-                 sampling: Sampling, rng: RandomStream, layers: tuple[int, ...]) -> Cycle:
-    scored = target.forward([context[-1]] + drafts, hidden_layers=layers)
+                 sampling: Sampling, rng: RandomStream, layers: tuple[int, ...], rule=None) -> Cycle:
+    scored = target.forward([context[-1]] + drafts, hidden_layers=layers + (rule.layers if rule else ()))
     logits = scored.logits
-    verdict = _verify(kernel, drafts, q, logits, sampling, rng)
+    if rule is not None:  # a lossy acceptance rule (lab/judge.py): greedy, OR-ed with the target's argmax
+        verdict = verify_chain_lossy(drafts, logits.argmax(-1).tolist(), rule.accepts(drafts, logits, scored.hidden))
+    else:
+        verdict = _verify(kernel, drafts, q, logits, sampling, rng)
     n = verdict.n_accepted
     target.crop(len(context) + n)  # keep the last token and the accepted drafts
     last = "target" if not drafts else ("bonus" if n == len(drafts) else "corrected")
@@ -158,12 +162,15 @@ def _tree_cycle(target: Engine, context: list[int], tree: DraftTree, kernel: str
 def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, sampling: Sampling,
            draft_len: int, seed: int, eos_id: int | None,
            on_tokens: Callable[[list[int], list[str]], None] | None = None,
-           kernel: str | None = None) -> DecodeResult:
+           kernel: str | None = None, rule=None) -> DecodeResult:
     """Generate up to `max_new_tokens` after `prompt` (stopping after EOS) with `drafter`
     proposing up to `draft_len` tokens per cycle and the target verifying them with `kernel`
-    (see `resolve_kernel`)."""
+    (see `resolve_kernel`), or, given a lossy `rule` (lab/judge.py: `JudgeRule`, `TopKRule`),
+    greedily with that rule as a second way in (chains only)."""
     if not prompt:
         raise ValueError("empty prompt: give at least one token")
+    if rule is not None and not sampling.greedy:
+        raise LabError(f"{rule.name} verification is defined for greedy decoding: use --temperature 0")
     kernel = resolve_kernel(kernel, target.model.device)
     rng = RandomStream(seed)
     result = DecodeResult()
@@ -179,9 +186,11 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
         proposal = drafter.propose(context, k, sampling, rng)
         if isinstance(proposal, DraftTree):
+            if rule is not None:
+                raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
             cycle = _tree_cycle(target, context, proposal, kernel, sampling, rng, layers)
         else:
-            cycle = _chain_cycle(target, context, *proposal, kernel, sampling, rng, layers)
+            cycle = _chain_cycle(target, context, *proposal, kernel, sampling, rng, layers, rule)
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ

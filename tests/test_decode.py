@@ -4,29 +4,12 @@ import pytest
 
 from lab.data import chat_ids, mt_bench, sharegpt_first_turns
 from lab.decode import decode
-from lab.drafters import ModelDraft, NoDraft
+from lab.drafters import ModelDraft, NoDraft, ReferenceDraft
 from lab.engine import Engine
 from lab.models import load_draft, make_draft
 from lab.sampling import Sampling
 
 GREEDY = Sampling()
-
-
-class OracleDraft:
-    """Proposes a known continuation (so every draft is accepted): drives the edge cases."""
-
-    def __init__(self, prompt_len, continuation):
-        self.prompt_len, self.continuation = prompt_len, continuation
-
-    def begin(self, prompt):
-        pass
-
-    def propose(self, context, k, s, rng):
-        done = len(context) - self.prompt_len
-        return self.continuation[done: done + k], None
-
-    def commit(self, context, features=None):
-        pass
 
 
 def prompts(tokenizer, n):
@@ -58,7 +41,7 @@ def test_eos_inside_an_accepted_block(target, tokenizer):
     # pretend the 7th token is EOS: it sits inside the second 4-draft accepted block
     eos = ar.tokens[6]
     assert eos not in ar.tokens[:6], "pick a prompt whose 7th token is new"
-    out = decode(Engine(target), OracleDraft(len(prompt), ar.tokens), prompt, 12, GREEDY, 4, 0, eos_id=eos)
+    out = decode(Engine(target), ReferenceDraft(len(prompt), ar.tokens), prompt, 12, GREEDY, 4, 0, eos_id=eos)
     assert out.tokens == ar.tokens[:7]
     assert out.origins == ["draft"] * 4 + ["bonus"] + ["draft"] * 2
     # the second cycle accepted 4 drafts, but only 2 of them (up to EOS) are text
@@ -69,7 +52,7 @@ def test_eos_inside_an_accepted_block(target, tokenizer):
 def test_max_new_tokens_reached_inside_an_accepted_block(tiny, tokenizer):
     prompt = prompts(tokenizer, 1)[0]
     ar = decode(Engine(tiny), NoDraft(), prompt, 7, GREEDY, 0, 0, eos_id=None)
-    out = decode(Engine(tiny), OracleDraft(len(prompt), ar.tokens), prompt, 7, GREEDY, 4, 0, eos_id=None)
+    out = decode(Engine(tiny), ReferenceDraft(len(prompt), ar.tokens), prompt, 7, GREEDY, 4, 0, eos_id=None)
     assert len(out.tokens) == 7 and out.tokens == ar.tokens
     assert out.cycles == 2  # 4 drafts + bonus, then 1 draft + bonus
 

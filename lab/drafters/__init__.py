@@ -12,9 +12,11 @@ AR decoding is simply the drafter that proposes nothing.
 
   model.py   NoDraft (AR), ModelDraft and TreeModelDraft (a small LM as a chain or a tree)
   eagle.py   EagleDraft: a feature-level head (EAGLE-1's or EAGLE-3's) as a static or dynamic tree
+  reference.py  ReferenceDraft: a known text as drafts (Judge Decoding's expert drafts; tests)
 """
 from .eagle import EagleDraft, draft_vocabulary, static_shape, static_tree
 from .model import ModelDraft, NoDraft, TreeModelDraft, frontier_mask
+from .reference import ReferenceDraft
 
-__all__ = ["EagleDraft", "ModelDraft", "NoDraft", "TreeModelDraft", "draft_vocabulary", "frontier_mask",
-           "static_shape", "static_tree"]
+__all__ = ["EagleDraft", "ModelDraft", "NoDraft", "ReferenceDraft", "TreeModelDraft", "draft_vocabulary",
+           "frontier_mask", "static_shape", "static_tree"]

@@ -1,0 +1,31 @@
+"""Expert drafts: a known text (a reference answer, a canonical solution) fed as drafts.
+
+Judge Decoding's clearest experiment: drafts that are *good* but not what the target would
+have written word for word. Standard verification stops them at the first difference; a judge
+lets the correct-but-different ones through. The drafter is aligned by count: after the
+target replaces a token, drafting resumes at the next token of the reference.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..sampling import RandomStream, Sampling
+
+
+class ReferenceDraft:
+    """Proposes the next k tokens of `reference` (token ids of a text meant to follow a prompt of
+    `prompt_len` tokens); nothing once the reference is used up."""
+    name = "reference"
+
+    def __init__(self, prompt_len: int, reference: list[int]):
+        self.prompt_len, self.reference = prompt_len, list(reference)
+
+    def begin(self, prompt: list[int]) -> None:
+        pass
+
+    def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream):
+        done = len(context) - self.prompt_len
+        return self.reference[done: done + k], None
+
+    def commit(self, context: list[int], features: torch.Tensor | None = None) -> None:
+        pass

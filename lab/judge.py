@@ -1,0 +1,239 @@
+"""Judge Decoding (Bachmann et al., ICLR 2025) at the lab's scale: token labels from planted
+errors, linear probes on the target's hidden states, a judge head, and the lossy acceptance
+rules (judge, and the Top-K baseline).
+
+Standard verification rejects a draft token merely because the target would have said something
+else. The paper's observation: the target's own embedding of a token says whether the token is
+*wrong* in context, which is a different question. A linear head on that embedding ("correct in
+context?") is OR-ed with standard verification; the output is no longer the target's, so quality
+has to be measured (lab/sandbox.py, lab/tasks.py).
+
+Labels come from correct answers with one error planted automatically (`plant_error`): tokens
+before the first changed token are correct, the changed token is wrong, what follows is ignored.
+"""
+from __future__ import annotations
+
+import io
+import json
+import random
+import re
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import LabError
+from .paths import DATA_DIR
+
+JUDGE_DIR = DATA_DIR / "judge"
+
+# ---- planted errors ------------------------------------------------------------------------
+
+FLIPS = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "!=", "!=": "=="}
+SWAPS = {"+": "-", "-": "+", "*": "+", "//": "%", "%": "//", "and": "or", "or": "and"}
+KEYWORDS = {"True", "False", "None", "return", "for", "in", "if", "else", "elif", "while", "def", "not", "and",
+            "or", "is", "lambda", "import", "from", "break", "continue", "pass", "with", "as", "yield", "try",
+            "except", "raise", "class", "global", "nonlocal", "assert", "del", "finally"}
+
+
+@dataclass
+class Mutation:
+    text: str      # the answer with one error planted
+    site: int      # character offset of the change in `text`
+    kind: str      # flipped comparison | off-by-one | wrong operator | wrong variable | wrong number
+
+
+def code_mutations(code: str) -> list[Mutation]:
+    """Every single-token error this module plants in Python code: a flipped comparison, an
+    integer off by one, a swapped operator, or a name replaced by another name the code uses."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+    lines = code.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    names = sorted({t.string for t in tokens if t.type == tokenize.NAME and t.string not in KEYWORDS
+                    and not t.string.startswith("__")})
+    out = []
+    for t in tokens:
+        begin, end = starts[t.start[0] - 1] + t.start[1], starts[t.end[0] - 1] + t.end[1]
+        if t.type == tokenize.OP and t.string in FLIPS:
+            options = [(FLIPS[t.string], "flipped comparison")]
+        elif (t.type == tokenize.OP or t.string in ("and", "or")) and t.string in SWAPS:
+            options = [(SWAPS[t.string], "wrong operator")]
+        elif t.type == tokenize.NUMBER and t.string.isdigit():
+            options = [(str(int(t.string) + 1), "off-by-one")]
+        elif t.type == tokenize.NAME and t.string in names:
+            others = [n for n in names if n != t.string]
+            options = [(others[begin % len(others)], "wrong variable")] if others else []
+        else:
+            options = []
+        out += [Mutation(code[:begin] + new + code[end:], begin, kind) for new, kind in options]
+    return out
+
+
+def number_mutations(text: str) -> list[Mutation]:
+    """A number in prose (a math answer, an intermediate result) changed by one."""
+    return [Mutation(text[: m.start()] + str(int(m.group()) + 1) + text[m.end():], m.start(), "wrong number")
+            for m in re.finditer(r"(?<![\w.])\d+(?![\w.])", text)]
+
+
+# ---- token labels ----------------------------------------------------------------------------
+
+@dataclass
+class Labelled:
+    """One answer with a planted error, tokenised after its prompt."""
+    problem: str            # split key: every answer of a problem goes to the same split
+    ids: list[int]          # prompt (chat template) + mutated answer
+    answer_start: int       # index in ids of the answer's first token
+    labels: list[int]       # per answer token: 1 correct, 0 the planted error, -1 ignored
+    kind: str = ""
+    site_token: int = field(default=-1)  # index (in ids) of the negative token
+
+
+def label_tokens(tokenizer, prompt_ids: list[int], original: str, mutation: Mutation, problem: str) -> Labelled | None:
+    """Tokens of the mutated answer before the first token that differs from the original's
+    tokens are correct; that token is the error; the rest is ignored. None if tokenisation hides
+    the change (no differing token)."""
+    a = tokenizer.encode(original, add_special_tokens=False)
+    b = tokenizer.encode(mutation.text, add_special_tokens=False)
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if first is None:
+        return None
+    labels = [1] * first + [0] + [-1] * (len(b) - first - 1)
+    start = len(prompt_ids)
+    return Labelled(problem, prompt_ids + b, start, labels, mutation.kind, start + first)
+
+
+# ---- features and probes ---------------------------------------------------------------------
+
+@torch.inference_mode()
+def token_features(target, examples: list[Labelled], layers: list[int]) -> dict:
+    """For every labelled answer token: the target's hidden state at that token's position at each
+    of `layers` (transformers' convention: 0 the embeddings, N the final normed state), and two
+    baselines from the target's logits at the previous position: the token's probability and the
+    entropy there."""
+    from .engine import Engine
+    feats = {layer: [] for layer in layers}
+    labels, groups, prob, entropy = [], [], [], []
+    for ex in examples:
+        engine = Engine(target)
+        scored = engine.forward(ex.ids, hidden_layers=tuple(layers))
+        rows = [ex.answer_start + i for i, y in enumerate(ex.labels) if y >= 0]
+        logp = torch.log_softmax(scored.logits[[r - 1 for r in rows]].float(), -1)
+        tokens = torch.tensor([ex.ids[r] for r in rows])
+        prob += logp.gather(1, tokens[:, None])[:, 0].exp().tolist()
+        entropy += (-(logp.exp() * logp).sum(-1)).tolist()
+        for layer in layers:
+            feats[layer].append(scored.hidden[layer][rows].float())
+        labels += [y for y in ex.labels if y >= 0]
+        groups += [ex.problem] * len(rows)
+    return {"features": {layer: torch.cat(f).numpy() for layer, f in feats.items()},
+            "labels": labels, "groups": groups, "token_probability": prob, "entropy": entropy}
+
+
+def split_by_problem(groups: list[str], validation: float = 0.3, seed: int = 0) -> tuple[list[int], list[int]]:
+    """Row indices of the training and validation problems (never a problem in both)."""
+    problems = sorted(set(groups))
+    random.Random(seed).shuffle(problems)
+    held = set(problems[: max(1, round(validation * len(problems)))])
+    train = [i for i, g in enumerate(groups) if g not in held]
+    return train, [i for i, g in enumerate(groups) if g in held]
+
+
+@dataclass
+class Probe:
+    """A logistic-regression judge on one layer: P(correct) = sigmoid(w . (h - mean) / std + b)."""
+    layer: int
+    mean: torch.Tensor
+    std: torch.Tensor
+    weight: torch.Tensor
+    bias: float
+
+    def score(self, hidden: torch.Tensor) -> torch.Tensor:
+        """P(correct) for hidden states [n, H]."""
+        x = (hidden.float() - self.mean) / self.std
+        return torch.sigmoid(x @ self.weight + self.bias)
+
+
+def fit_probe(x, y, layer: int, c: float = 0.1) -> Probe:
+    """Logistic regression with the wrong (rare) class up-weighted (scikit-learn, balanced)."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    mean, std = x.mean(0), x.std(0) + 1e-6
+    model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000)
+    model.fit((x - mean) / std, np.asarray(y))
+    return Probe(layer, torch.tensor(mean), torch.tensor(std), torch.tensor(model.coef_[0], dtype=torch.float32),
+                 float(model.intercept_[0]))
+
+
+def auc(scores, labels) -> float:
+    """ROC AUC of `scores` for telling correct (1) from wrong (0) tokens."""
+    from sklearn.metrics import roc_auc_score
+    return float(roc_auc_score(labels, scores))
+
+
+def threshold_for_recall(scores, labels, recall: float) -> float:
+    """The δ at which `recall` of the wrong tokens score at or below it (so the judge rejects them)."""
+    wrong = sorted(s for s, y in zip(scores, labels) if y == 0)
+    if not wrong:
+        raise LabError("no wrong tokens in the validation split: plant more errors")
+    return float(wrong[min(len(wrong) - 1, int(recall * len(wrong)))])
+
+
+# ---- the shipped judge head --------------------------------------------------------------------
+
+def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DIR / "judge.json") -> Path:
+    """The head (577 numbers for SmolLM2's 576-wide states) and its threshold, with the manifest."""
+    from .artifacts import write_json
+    write_json(path, {**manifest, "artifact": str(path.relative_to(DATA_DIR.parent)), "layer": probe.layer,
+                      "delta": delta, "bias": probe.bias, "weight": probe.weight.tolist(),
+                      "mean": probe.mean.tolist(), "std": probe.std.tolist()})
+    return path
+
+
+def load_judge(target, path: Path = JUDGE_DIR / "judge.json") -> tuple[Probe, float]:
+    """The shipped judge head and its threshold, checked against `target`."""
+    from .models import TARGET_NAME
+    if not path.exists():
+        raise LabError(f"no judge head at {path}: run `python -m lab train judge`")
+    head = json.loads(path.read_text())
+    if head.get("target") != TARGET_NAME or len(head["weight"]) != target.config.hidden_size:
+        raise LabError(f"{path} was trained for another target ({head.get('target')}, width {len(head['weight'])}): "
+                       "retrain it with `python -m lab train judge`")
+    probe = Probe(head["layer"], torch.tensor(head["mean"]), torch.tensor(head["std"]), torch.tensor(head["weight"]),
+                  head["bias"])
+    return probe, head["delta"]
+
+
+# ---- lossy acceptance rules ------------------------------------------------------------------
+
+class TopKRule:
+    """Accept a draft token if it is among the target's top K there (the paper's baseline)."""
+    layers: tuple[int, ...] = ()
+
+    def __init__(self, k: int):
+        if k < 1:
+            raise LabError(f"--verify-top-k must be at least 1, got {k}")
+        self.k, self.name = k, f"topk{k}"
+
+    def accepts(self, drafts: list[int], logits: torch.Tensor, hidden: dict) -> list[bool]:
+        top = torch.topk(logits[: len(drafts)], self.k, dim=-1).indices
+        return [bool((top[i] == d).any()) for i, d in enumerate(drafts)]
+
+
+class JudgeRule:
+    """Accept a draft token if the judge says it is correct in context: P(correct) > delta, from
+    the target's hidden state at the token's own position (scored in the same forward)."""
+
+    def __init__(self, probe: Probe, delta: float):
+        self.probe, self.delta, self.layers, self.name = probe, delta, (probe.layer,), "judge"
+
+    def scores(self, hidden: dict, n: int) -> torch.Tensor:
+        return self.probe.score(hidden[self.probe.layer][1: n + 1].cpu())
+
+    def accepts(self, drafts: list[int], logits: torch.Tensor, hidden: dict) -> list[bool]:
+        return (self.scores(hidden, len(drafts)) > self.delta).tolist()

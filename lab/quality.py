@@ -1,0 +1,83 @@
+"""Quality, measured: what lossy verification does to answers a program can check, and how many
+tokens it accepts per verification forward.
+
+`expert_drafts`: a known-good text (HumanEval's canonical solutions) as drafts; how many tokens
+standard verification and a lossy rule accept per cycle. `answer_quality`: decode checkable
+questions (lab/tasks.py) or HumanEval problems with a drafter and an acceptance rule, check every
+answer (HumanEval's in the sandbox), and report accuracy beside tokens per forward.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .data import HUMANEVAL_INSTRUCTION, chat_ids
+from .decode import decode
+from .drafters import NoDraft, ReferenceDraft
+from .engine import engine_for
+from .sampling import Sampling
+from .sandbox import run_python
+from .tasks import Task
+
+GREEDY = Sampling()
+
+
+def expert_drafts(target, tokenizer, problems: list[dict], rule=None, draft_len: int = 25) -> dict:
+    """Each problem's canonical solution fed as drafts after its prompt; per cycle, the drafts
+    accepted (standard verification when `rule` is None). Cycles after the reference ran out
+    (nothing drafted) are not counted."""
+    engine, accepted = engine_for(target), []
+    for p in problems:
+        prompt = chat_ids(tokenizer, HUMANEVAL_INSTRUCTION + p["prompt"])
+        reference = tokenizer.encode(p["canonical_solution"], add_special_tokens=False)
+        out = decode(engine, ReferenceDraft(len(prompt), reference), prompt, len(reference), GREEDY, draft_len, 0,
+                     None, rule=rule)
+        drafted = len(out.attempted_by_position) and out.attempted_by_position[0]
+        accepted += out.accepted_per_cycle[:drafted]
+    return {"cycles": len(accepted), "accepted_per_cycle": sum(accepted) / max(len(accepted), 1),
+            "histogram": accepted}
+
+
+def humaneval_program(problem: dict, answer: str) -> str:
+    """A runnable program from a generated answer: its first code block (or the whole answer),
+    as a whole function if it defines the entry point, else as the body after the prompt."""
+    block = re.search(r"```(?:python)?\n(.*?)(?:```|$)", answer, re.S)
+    code = block.group(1) if block else answer
+    head = code if f"def {problem['entry_point']}" in code else problem["prompt"] + code
+    return f"{head}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+
+
+@dataclass
+class Quality:
+    correct: dict[str, list[bool]]   # kind -> one verdict per question
+    new_tokens: int
+    forwards: int                    # verification forwards of the target (prefill excluded)
+    seconds: float
+
+    @property
+    def accuracy(self) -> dict[str, float]:
+        return {k: sum(v) / len(v) for k, v in self.correct.items()}
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.new_tokens / max(self.forwards, 1)
+
+
+def answer_quality(target, tokenizer, items: list[Task] | list[dict], make_drafter=NoDraft, rule=None,
+                   draft_len: int = 8, max_new_tokens: int = 24) -> Quality:
+    """Decode every item (a `Task`, or a HumanEval problem dict) greedily with a fresh drafter
+    from `make_drafter()` and the acceptance `rule`, and check the answer."""
+    engine = engine_for(target)
+    quality = Quality({}, 0, 0, 0.0)
+    for item in items:
+        humaneval = isinstance(item, dict)
+        question = HUMANEVAL_INSTRUCTION + item["prompt"] if humaneval else item.question
+        out = decode(engine, make_drafter(), chat_ids(tokenizer, question), max_new_tokens, GREEDY, draft_len, 0,
+                     tokenizer.eos_token_id, rule=rule)
+        text = tokenizer.decode(out.tokens, skip_special_tokens=True)
+        ok = run_python(humaneval_program(item, text)).passed if humaneval else item.check(text)
+        quality.correct.setdefault("humaneval" if humaneval else item.kind, []).append(ok)
+        quality.new_tokens += len(out.tokens)
+        quality.forwards += out.cycles
+        quality.seconds += out.seconds
+    return quality

