@@ -253,6 +253,22 @@ def summarise(method: str, rows: list[tuple[Prompt, DecodeResult]], ar_rows: dic
     }
 
 
+def _humaneval_by_id(prompts: list[Prompt]) -> dict[str, dict]:
+    """The HumanEval problems behind the prompts, if every prompt is one (else empty)."""
+    if not prompts or not all(p.id.startswith("HumanEval/") for p in prompts):
+        return {}
+    from .data import humaneval_problems
+    return {p["task_id"]: p for p in humaneval_problems()}
+
+
+def _pass_at_1(rows: list[tuple[Prompt, DecodeResult]], problems: dict[str, dict], tokenizer) -> float:
+    from .quality import humaneval_program
+    from .sandbox import run_python
+    passed = [run_python(humaneval_program(problems[p.id], tokenizer.decode(r.tokens, skip_special_tokens=True))).passed
+              for p, r in rows]
+    return sum(passed) / len(passed)
+
+
 def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: dict,
               draft_layers: int, json_path: str | Path | None = None, progress: bool = True) -> dict:
     if not prompts:
@@ -273,7 +289,11 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
               "methods": {m: summarise(m, rows[m], ar_rows, setup.sampling.greedy, setup.tokenizer,
                                        ours=m not in PEERS) for m in methods}}
     ar_speed = result["methods"].get("ar", {}).get("tokens_per_s")
+    problems = _humaneval_by_id(prompts)
     for m, summary in result["methods"].items():
+        summary["lossless"] = m not in LOSSY_METHODS and m != "llamacpp"
+        if problems:  # HumanEval: every answer run against its tests in the sandbox
+            summary["humaneval_pass_at_1"] = _pass_at_1(rows[m], problems, setup.tokenizer)
         summary["speedup"] = summary["tokens_per_s"] / ar_speed if ar_speed else None
         # the tuned prediction is for greedy decoding: a sampled run gets none
         summary["predicted_speedup"] = (result["config"]["methods"][m].get("predicted_speedup")
@@ -286,20 +306,22 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
 def format_table(result: dict) -> str:
     k = max(len(s["acceptance_by_position"]) for s in result["methods"].values())
     predicted = any(s.get("predicted_speedup") for s in result["methods"].values())
+    quality = any("humaneval_pass_at_1" in s for s in result["methods"].values())
     head = (["method", "tok/s", "speedup"] + (["predicted"] if predicted else []) + ["tau", "new tok", "fwd"]
-            + [f"acc@{i + 1}" for i in range(k)] + ["identical"])
+            + [f"acc@{i + 1}" for i in range(k)] + ["identical"] + (["pass@1"] if quality else []))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, s in result["methods"].items():
         acc = [f"{a:.2f}" if a is not None else "" for a in s["acceptance_by_position"]]
         acc += [""] * (k - len(acc))
-        ident = {True: "yes", False: "NO", None: "n/a"}[s["identical_to_ar"]]
+        ident = {True: "yes", False: "NO" if s.get("lossless", True) else "no (lossy)", None: "n/a"}[s["identical_to_ar"]]
         if s["numerical_ties"]:
             ident += f" ({s['numerical_ties']} ties)"
         speed = [f"{s['speedup']:.2f}x" if s["speedup"] else ""]
         if predicted:
             speed.append(f"{s['predicted_speedup']:.2f}x" if s.get("predicted_speedup") else "")
         lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", *speed, f"{s['tau']:.2f}",
-                                        str(s["new_tokens"]), str(s["target_forwards"])] + acc + [ident]) + " |")
+                                        str(s["new_tokens"]), str(s["target_forwards"])] + acc + [ident]
+                                       + ([f"{s['humaneval_pass_at_1']:.2f}"] if quality else [])) + " |")
     return "\n".join(lines)
 
 

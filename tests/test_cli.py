@@ -60,3 +60,20 @@ def test_eagle_head_of_another_target_is_a_one_line_error():
 def test_bad_eagle_tree_flag_is_a_one_line_error():
     r = lab("generate", "Hi", "--target", "tiny", "--method", "eagle2", "--eagle-tree", "4,4")
     assert r.returncode == 2 and "--eagle-tree must be three positive integers" in r.stderr
+
+
+def test_lossy_methods_report_quality_and_are_not_lossless(tmp_path):
+    out = tmp_path / "b.json"
+    r = lab("bench", "--target", "tiny", "--methods", "ar,topk", "--verify-top-k", "3", "--dataset", "humaneval",
+            "--limit", "1", "--max-new-tokens", "8", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["methods"]["topk"]["lossless"] is False and res["methods"]["ar"]["lossless"] is True
+    assert res["config"]["methods"]["topk"]["acceptance"].endswith("top 3")
+    assert 0.0 <= res["methods"]["topk"]["humaneval_pass_at_1"] <= 1.0
+
+
+def test_a_judge_head_of_another_target_is_a_one_line_error():
+    r = lab("bench", "--target", "tiny", "--methods", "ar,judge", "--limit", "1", "--max-new-tokens", "4")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "another target" in r.stderr or "no judge head" in r.stderr
