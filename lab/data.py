@@ -84,6 +84,19 @@ def humaneval_problems() -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def humaneval_split(tokenizer, problem: dict) -> tuple[list[int], str]:
+    """A HumanEval problem as (context ids, solution text): the chat prompt, then an answer that
+    opens a code block and repeats the signature and docstring; the canonical solution continues
+    exactly there, so it can be scored (or fed as drafts) where the target would write a body.
+    The docstring's final newline moves into the solution, so that a newline and the next line's
+    indentation are tokenised together, as the target saw them in training (cut after the newline,
+    the target scored the lone newline token as an unusual place and wrote something else)."""
+    head = problem["prompt"].rstrip("\n")
+    context = chat_ids(tokenizer, HUMANEVAL_INSTRUCTION + problem["prompt"])
+    context += tokenizer.encode("```python\n" + head, add_special_tokens=False)
+    return context, problem["prompt"][len(head):] + problem["canonical_solution"]
+
+
 def humaneval(limit: int | None = None) -> list[Prompt]:
     """HumanEval's problems as prompts: the instruction, then the signature and docstring."""
     prompts = [Prompt(r["task_id"], HUMANEVAL_INSTRUCTION + r["prompt"], "code") for r in humaneval_problems()]

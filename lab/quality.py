@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .data import HUMANEVAL_INSTRUCTION, chat_ids
+from .data import HUMANEVAL_INSTRUCTION, chat_ids, humaneval_split
 from .decode import decode
 from .drafters import NoDraft, ReferenceDraft
 from .engine import engine_for
@@ -23,13 +23,14 @@ GREEDY = Sampling()
 
 
 def expert_drafts(target, tokenizer, problems: list[dict], rule=None, draft_len: int = 25) -> dict:
-    """Each problem's canonical solution fed as drafts after its prompt; per cycle, the drafts
-    accepted (standard verification when `rule` is None). Cycles after the reference ran out
-    (nothing drafted) are not counted."""
+    """Each problem's canonical solution fed as drafts where it belongs (`humaneval_split`: the
+    prompt, then a code block opening with the signature); per cycle, the drafts accepted
+    (standard verification when `rule` is None). Cycles after the reference ran out (nothing
+    drafted) are not counted."""
     engine, accepted = engine_for(target), []
     for p in problems:
-        prompt = chat_ids(tokenizer, HUMANEVAL_INSTRUCTION + p["prompt"])
-        reference = tokenizer.encode(p["canonical_solution"], add_special_tokens=False)
+        prompt, solution = humaneval_split(tokenizer, p)
+        reference = tokenizer.encode(solution, add_special_tokens=False)
         out = decode(engine, ReferenceDraft(len(prompt), reference), prompt, len(reference), GREEDY, draft_len, 0,
                      None, rule=rule)
         drafted = len(out.attempted_by_position) and out.attempted_by_position[0]

@@ -2,8 +2,9 @@
 
 A lossy method (Judge Decoding, Top-K verification) changes what the target writes, so its
 quality has to be measured, and at the lab's scale (a 135M target) only on questions the target
-actually gets right often enough: a comparison where the target scores zero shows nothing.
-`python -m lab judge tasks` reports the target's and the drafts' accuracy per task.
+actually gets right often enough: a comparison where the target scores zero shows nothing. Two
+digit sums, times tables and sorting were tried and dropped: the target got none of ten right.
+Notebook 07 prints the target's and the 2-layer draft's accuracy per kind.
 """
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ CAPITALS = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "M
             "Norway": "Oslo", "Sweden": "Stockholm", "Kenya": "Nairobi", "Peru": "Lima", "Cuba": "Havana"}
 
 
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+OPPOSITES = {"hot": "cold", "big": "small", "fast": "slow", "happy": "sad", "light": "dark", "open": "closed",
+             "early": "late", "high": "low", "full": "empty", "hard": "soft", "long": "short", "wet": "dry",
+             "rich": "poor", "strong": "weak", "thick": "thin", "loud": "quiet", "clean": "dirty", "up": "down",
+             "left": "right", "win": "lose"}
+PLURALS = {"child": "children", "mouse": "mice", "foot": "feet", "tooth": "teeth", "man": "men", "woman": "women",
+           "person": "people", "goose": "geese", "box": "boxes", "city": "cities", "leaf": "leaves", "knife": "knives"}
+
+
 @dataclass
 class Task:
     id: str
@@ -29,44 +39,55 @@ class Task:
     check: Callable[[str], bool]      # does a generated answer contain the right result?
 
 
-def _first_int(text: str) -> int | None:
-    """The first integer in the text (thousands separators allowed: 1,200)."""
-    m = re.search(r"-?\d+", re.sub(r"(?<=\d),(?=\d{3}\b)", "", text))
-    return int(m.group()) if m else None
+def last_int(text: str) -> int | None:
+    """The last integer in the text (thousands separators allowed: 1,200): a small model often
+    restates the question ("11 meters is 11 * 100 = 1100 centimeters") before the result."""
+    found = re.findall(r"-?\d+", re.sub(r"(?<=\d),(?=\d{3}\b)", "", text))
+    return int(found[-1]) if found else None
 
 
-def _number_task(kind: str, i: int, question: str, value: int) -> Task:
-    return Task(f"{kind}-{i}", kind, question, str(value),
-                lambda text: _first_int(text) == value)
+def _number(kind: str, i: int, question: str, value: int) -> Task:
+    return Task(f"{kind}-{i}", kind, question, str(value), lambda text: last_int(text) == value)
 
 
-def _sorting(i: int, rng: random.Random) -> Task:
-    xs = rng.sample(range(1, 50), 4)
-    want = sorted(xs)
-    question = f"Sort these numbers from smallest to largest: {', '.join(map(str, xs))}. Reply with the sorted list only."
+def _word(kind: str, i: int, question: str, word: str) -> Task:
+    pattern = re.compile(rf"\b{re.escape(word)}\b", re.I)
+    return Task(f"{kind}-{i}", kind, question, word, lambda text: bool(pattern.search(text)))
 
-    def check(text: str) -> bool:
-        return [int(x) for x in re.findall(r"\d+", text)][:4] == want
-    return Task(f"sorting-{i}", "sorting", question, ", ".join(map(str, want)), check)
+
+def _addition(i: int, rng: random.Random) -> Task:
+    a, b = rng.randint(1, 9), rng.randint(1, 9)
+    return _number("addition", i, f"What is {a} + {b}? Reply with the number only.", a + b)
+
+
+def _conversion(i: int, rng: random.Random) -> Task:
+    n = rng.randint(2, 30)
+    return _number("conversion", i, f"How many centimeters are in {n} meters? Reply with the number only.", 100 * n)
+
+
+def _weekday(i: int, rng: random.Random) -> Task:
+    d = rng.randrange(7)
+    return _word("weekday", i, f"What day comes after {WEEKDAYS[d]}? Reply with the day only.", WEEKDAYS[(d + 1) % 7])
+
+
+def _opposite(i: int, rng: random.Random) -> Task:
+    word = rng.choice(sorted(OPPOSITES))
+    return _word("opposite", i, f"What is the opposite of \"{word}\"? Reply with one word.", OPPOSITES[word])
+
+
+def _plural(i: int, rng: random.Random) -> Task:
+    word = rng.choice(sorted(PLURALS))
+    return _word("plural", i, f"What is the plural of \"{word}\"? Reply with one word.", PLURALS[word])
 
 
 def _capital(i: int, rng: random.Random) -> Task:
     country = rng.choice(sorted(CAPITALS))
-    city = CAPITALS[country]
-    return Task(f"capital-{i}", "capital", f"What is the capital of {country}? Reply with the city name only.",
-                city, lambda text: city.lower() in text.lower())
+    return _word("capital", i, f"What is the capital of {country}? Reply with the city name only.", CAPITALS[country])
 
 
 GENERATORS: dict[str, Callable[[int, random.Random], Task]] = {
-    "addition": lambda i, r: (lambda a, b: _number_task("addition", i, f"What is {a} + {b}? Reply with the number only.",
-                                                         a + b))(r.randint(10, 99), r.randint(10, 99)),
-    "multiplication": lambda i, r: (lambda a, b: _number_task("multiplication", i, f"What is {a} times {b}? Reply "
-                                                               "with the number only.", a * b))(r.randint(2, 9),
-                                                                                               r.randint(2, 9)),
-    "conversion": lambda i, r: (lambda n: _number_task("conversion", i, f"How many centimeters are in {n} meters? "
-                                                        "Reply with the number only.", 100 * n))(r.randint(2, 30)),
-    "sorting": _sorting,
-    "capital": _capital,
+    "addition": _addition, "conversion": _conversion, "weekday": _weekday, "opposite": _opposite,
+    "plural": _plural, "capital": _capital,
 }
 
 

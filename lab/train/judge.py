@@ -2,7 +2,8 @@
 
 Sources of labelled answers (each split by problem, never by token):
   * HumanEval canonical solutions with one error planted (`lab.judge.code_mutations`), kept only
-    if the mutated program fails the problem's tests in the sandbox (so the error is real);
+    if the mutated program fails the problem's tests in the sandbox (so the error is real), each
+    after `lab.data.humaneval_split` (the prompt, then a code block opening with the signature);
   * the templated tasks' exact answers with a wrong number (`lab.tasks`);
   * MT-Bench's reference answers for math, reasoning and coding with a wrong number.
 """
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from ..artifacts import command_line, git_commit, machine, repo_path
-from ..data import HUMANEVAL_INSTRUCTION, chat_ids, humaneval_problems, mt_bench
+from ..data import chat_ids, humaneval_problems, humaneval_split, mt_bench
 from ..judge import Labelled, auc, code_mutations, fit_probe, label_tokens, number_mutations, \
     save_judge, split_by_problem, threshold_for_recall, token_features
 from ..models import TARGET_NAME, load_target, load_tokenizer, wheel_file
@@ -53,8 +54,10 @@ def planted_examples(tokenizer, seed: int = 0, per_problem: int = 2, tasks_per_k
         counts[source]["answers"] += kept
 
     for p in humaneval_problems():
-        add("humaneval", p["task_id"], chat_ids(tokenizer, HUMANEVAL_INSTRUCTION + p["prompt"]), p["canonical_solution"],
-            code_mutations(p["canonical_solution"]), keep=lambda m, p=p: not check_humaneval(p, m.text).passed)
+        context, solution = humaneval_split(tokenizer, p)
+        without_newline = {**p, "prompt": p["prompt"].rstrip("\n")}  # the solution starts with it
+        add("humaneval", p["task_id"], context, solution, code_mutations(solution),
+            keep=lambda m, q=without_newline: not check_humaneval(q, m.text).passed)
     for t in make_tasks(per_kind=tasks_per_kind, seed=seed):
         add("tasks", t.id, chat_ids(tokenizer, t.question), t.answer, number_mutations(t.answer))
     questions = {q.id: q for q in mt_bench()}
