@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check results
+.PHONY: setup setup-data peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check results
 
 setup: $(STAMP)
 
@@ -79,6 +79,15 @@ bench-exact: setup
 bench-llamacpp: peers
 	$(PY) -m lab bench --methods ar,eagle2,llamacpp --dataset mt_bench --limit 10 \
 		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16_llamacpp.json
+
+# Judge Decoding (notebook 07): the judge head (planted-error labels, a probe per layer; about five
+# minutes), then the lossy methods on HumanEval with pass@1 from the sandbox.
+judge-head: setup
+	$(PY) -m lab train judge
+
+bench-judge: setup
+	$(PY) -m lab bench --methods ar,sd,judge,topk --dataset humaneval --limit 10 --max-new-tokens 192 \
+		--json data/results/bench_judge_humaneval.json
 
 tune-bf16: setup
 	$(PY) -m lab tune tree --dtype bfloat16

@@ -11,7 +11,7 @@ from lab.judge import JudgeRule, Probe, TopKRule, code_mutations, label_tokens, 
 from lab.sandbox import check_humaneval, run_python
 from lab.sampling import Sampling
 from lab.tasks import make_tasks
-from lab.data import humaneval_problems
+from lab.data import humaneval_problems, humaneval_split
 from lab.verify import verify_chain_greedy, verify_chain_lossy
 
 GREEDY = Sampling()
@@ -111,3 +111,10 @@ def test_lossy_rules_refuse_sampling_and_bad_heads(tiny, tmp_path):
     (tmp_path / "other.json").write_text('{"target": "another-model", "weight": [0.0], "layer": 1}')
     with pytest.raises(LabError, match="another target"):
         load_judge(tiny, tmp_path / "other.json")
+
+
+def test_a_humaneval_split_keeps_the_program_whole(tokenizer):
+    for p in humaneval_problems()[:5]:
+        context, solution = humaneval_split(tokenizer, p)
+        assert p["prompt"].rstrip("\n") + solution == p["prompt"] + p["canonical_solution"]
+        assert tokenizer.decode(context).endswith(p["prompt"].rstrip("\n")) and solution.startswith("\n")
