@@ -31,7 +31,8 @@ KEY_FIGURES = ("steps", "budget_minutes", "cpu_budget_minutes", "train.response_
                "heldout.prompts", "data.sharegpt_reply_tokens", "heldout_top1_agreement_before",
                "heldout_top1_agreement", "heldout_top1_agreement_by_depth",
                "evaluation.heldout_top1_agreement_by_depth", "evaluation.heldout_n_alpha",
-               "evaluation.heldout_unique_prompts.heldout_top1_agreement_by_depth")
+               "evaluation.heldout_unique_prompts.heldout_top1_agreement_by_depth",
+               "layer", "delta", "val_auc_baselines.token_probability")
 TREE_COLUMNS = ("depth", "top_k", "total_tokens", "draft_vocab", "predicted_tau", "predicted_speedup")
 
 
