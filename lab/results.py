@@ -153,7 +153,7 @@ PROFILES = (("before: transformers' bfloat16 forward", RESULTS_DIR / "profile_tr
             ("after: the exact engine", RESULTS_DIR / "profile_exact_bf16.json"))
 
 
-def _profile_table(result: dict, top: int = 8) -> list[str]:
+def _profile_table(result: dict, top: int = 5) -> list[str]:
     lines = ["| function | calls | own s | cumulative s |", "|---|---|---|---|"]
     return lines + [f"| `{e['function']}` | {e['calls']} | {e['own_seconds']:.2f} | {e['cumulative_seconds']:.2f} |"
                     for e in result["profile"][:top]]
