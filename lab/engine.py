@@ -27,6 +27,19 @@ class Scored:
     hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [n, H]
 
 
+def allowed_keys(mask: torch.Tensor | None, n: int, cached: int) -> torch.Tensor:
+    """bool [n, cached + n]: which keys each of n new positions may attend to, from the `mask`
+    a forward takes (None: a causal chain; [n, n] among the new positions, the cached prefix
+    visible; or [n, cached + n] as is)."""
+    if mask is None:
+        return torch.ones(n, cached + n, dtype=torch.bool).tril(cached)
+    if mask.shape == (n, n):
+        return torch.cat([torch.ones(n, cached, dtype=torch.bool), mask.bool().cpu()], dim=1)
+    if mask.shape == (n, cached + n):
+        return mask.bool().cpu()
+    raise ValueError(f"mask must be [{n}, {n}] or [{n}, {cached + n}], got {tuple(mask.shape)}")
+
+
 def _exact(model: LlamaForCausalLM) -> bool:
     # LAB_ENGINE=transformers keeps a bfloat16 model on transformers (`bench --engine transformers`):
     # the inexact path, for comparisons and profiles
@@ -89,12 +102,7 @@ class Engine:
             kwargs = {"inputs_embeds": embeds.reshape(1, -1, embeds.shape[-1]).to(device, self.model.dtype)}
         n = next(iter(kwargs.values())).shape[1]
         if mask is not None:
-            if mask.shape == (n, n):
-                allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool), mask.bool().cpu()], dim=1)
-            elif mask.shape == (n, self.length + n):
-                allowed = mask.bool().cpu()
-            else:
-                raise ValueError(f"mask must be [{n}, {n}] or [{n}, {self.length + n}], got {tuple(mask.shape)}")
+            allowed = allowed_keys(mask, n, self.length)
             float_mask = torch.zeros(allowed.shape, dtype=self.model.dtype)
             float_mask.masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
             kwargs["attention_mask"] = float_mask[None, None].to(device)

@@ -31,13 +31,13 @@ from typing import Callable
 import torch
 from transformers import LlamaForCausalLM
 
-from .engine import Scored
+from .engine import Scored, allowed_keys
 from .errors import LabError
 from .paths import CACHE_DIR
 
-# Rows per packed-linear call. 2..32 rows gave row-identical results on every shape checked, one
-# row did not; 4 rows ran fastest of 1..8 on an AMD EPYC (10.1 ms for the 30 layers and the LM
-# head, against 11.5 for one row and 12.9 for two), so fewer rows are padded to 4.
+# Rows per packed-linear call. In one-off checks 2..32 rows gave row-identical results on every
+# shape, one row did not, and 4 rows ran fastest of 1..8 on an AMD EPYC (one or two rows were
+# slower), so fewer rows are padded to 4. tests/test_exact.py checks the invariance wherever it runs.
 MIN_ROWS, BLOCK_ROWS = 4, 32
 SOURCE = Path(__file__).resolve().parent / "csrc" / "exact_ops.c"
 
@@ -207,7 +207,7 @@ class ExactEngine:
         # keys transposed ([layer, kv head, channel, position]: 16 consecutive keys are one vector
         # in the attention kernel), values as [layer, kv head, position, channel]. 16 spare
         # positions keep the channel stride off multiples of 4 KB, where the kernel's reads of 64
-        # channels would all fall into the same cache set (it measured twice as fast this way)
+        # channels would all fall into the same cache set (a one-off timing: much slower there)
         capacity += 16
         layers, heads, d = len(self.w.layers), self.w.kv_heads, self.w.head_dim
         keys, values = torch.zeros(layers, heads, d, capacity), torch.zeros(layers, heads, capacity, d)
@@ -233,16 +233,6 @@ class ExactEngine:
         self.values[:, :, start: start + len(indices)] = self.values[:, :, start + index]
         self.length = start + len(indices)
 
-    def _allowed(self, mask: torch.Tensor | None, n: int) -> torch.Tensor:
-        total = self.length + n
-        if mask is None:
-            return torch.ones(n, total, dtype=torch.bool).tril(self.length)
-        if mask.shape == (n, n):
-            return torch.cat([torch.ones(n, self.length, dtype=torch.bool), mask.bool().cpu()], dim=1)
-        if mask.shape == (n, total):
-            return mask.bool().cpu()
-        raise ValueError(f"mask must be [{n}, {n}] or [{n}, {total}], got {tuple(mask.shape)}")
-
     @torch.inference_mode()
     def forward(self, tokens: list[int] | torch.Tensor | None, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
@@ -255,7 +245,7 @@ class ExactEngine:
             x = embeds.reshape(-1, w.embed.shape[1]).to(torch.float32, copy=True).contiguous()  # updated in place
         n, width = x.shape
         start = self.length
-        allowed = self._allowed(mask, n).to(torch.uint8).contiguous()
+        allowed = allowed_keys(mask, n, start).to(torch.uint8).contiguous()
         if positions is None:
             positions = torch.arange(start, start + n)
         if start + n > self.capacity:

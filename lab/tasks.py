@@ -3,7 +3,8 @@
 A lossy method (Judge Decoding, Top-K verification) changes what the target writes, so its
 quality has to be measured, and at the lab's scale (a 135M target) only on questions the target
 actually gets right often enough: a comparison where the target scores zero shows nothing. Two
-digit sums, times tables and sorting were tried and dropped: the target got none of ten right.
+digit sums, times tables and sorting were tried and dropped after a one-off check in which the
+target got almost none right.
 Notebook 07 prints the target's and the 2-layer draft's accuracy per kind.
 """
 from __future__ import annotations
