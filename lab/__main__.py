@@ -201,15 +201,15 @@ def _train(args: argparse.Namespace) -> None:
                            vocab_size=args.draft_vocab, replies=args.replies,
                            reply_feature_dtype=args.reply_feature_dtype, data_fraction=args.data_fraction,
                            init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
-                           bf16_autocast=not args.fp32,
+                           bf16_autocast=not args.fp32, device=args.device, eval_prompts=args.eval_prompts,
                            out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
     else:
         from .eagle import head_path
         from .train.eagle import train_head
         print(train_head(args.variant, args.minutes or 30.0, batch=args.batch, lr=args.lr or 1e-3,
                          resume=args.resume, out=head_path(args.name or args.variant), replies=args.replies,
-                         init=head_path(args.init) if args.init else None,
-                         reply_feature_dtype=args.reply_feature_dtype))
+                         init=head_path(args.init) if args.init else None, device=args.device,
+                         eval_prompts=args.eval_prompts, reply_feature_dtype=args.reply_feature_dtype))
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -217,7 +217,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     from .eagle import head_path
     from .train.eagle import evaluate_saved_head
     path = head_path(args.name)
-    report = evaluate_saved_head(path)
+    report = evaluate_saved_head(path, prompts=args.prompts)
     unique = report["heldout_unique_prompts"]
     print(f"held-out top-1 agreement by depth: {report['heldout_top1_agreement_by_depth']} "
           f"({report['heldout_positions']} positions)")
@@ -323,10 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--batch", type=int, default=8)
     train.add_argument("--lr", type=float, default=None, help="default: 2e-3 for a draft, 1e-3 for an EAGLE head")
     train.add_argument("--resume", action="store_true")
+    train.add_argument("--device", default="cpu", help="eagle1/eagle3: cpu (default) or cuda: features and "
+                       "training on a GPU (make gpu-heads)")
+    train.add_argument("--eval-prompts", type=int, default=None,
+                       help="eagle1/eagle3: held-out prompts to evaluate on (default all 64; 0: none, for a "
+                            "machine without the datasets: `python -m lab evaluate NAME --prompts 64` adds it)")
     train.set_defaults(run=_train)
 
     evaluate = sub.add_parser("evaluate", help="re-score a shipped EAGLE-1 or EAGLE-3 head on the held-out prompts")
     evaluate.add_argument("name", nargs="?", default="eagle1", help="data/eagle/NAME.safetensors (default eagle1)")
+    evaluate.add_argument("--prompts", type=int, default=None,
+                          help="held-out prompts (default: as many as its training evaluated)")
     evaluate.set_defaults(run=_evaluate)
 
     export = sub.add_parser("export", help="write a trained EAGLE-3 head in the layout serving engines load")

@@ -44,7 +44,8 @@ def git_commit() -> str:
                                 ":!data/results", ":!figures"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         return sha + ("+uncommitted" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        # a copy of the tree without its git history (a lent GPU machine): the caller says which commit
+        return os.environ.get("LAB_COMMIT", "unknown")
 
 
 def machine() -> dict:

@@ -156,13 +156,14 @@ def head_manifest(variant: str = "eagle1") -> dict:
 
 
 def training_budget(manifest: dict) -> dict:
-    """What a head cost in all: CPU minutes and steps summed over its warm-start chain (a head
-    trained with `--init` continues another head), and the training tokens of its last stage
-    (regenerated responses plus any ShareGPT replies; each stage here kept the earlier data)."""
-    minutes, steps, stages, m = 0.0, 0, 0, manifest
+    """What a head cost in all: CPU (and GPU) minutes and steps summed over its warm-start chain
+    (a head trained with `--init` continues another head), and the training tokens of its last
+    stage (regenerated responses plus any ShareGPT replies; each stage here kept the earlier data)."""
+    cpu, gpu, steps, stages, m = 0.0, 0.0, 0, 0, manifest
     while m is not None:
-        minutes, steps, stages = minutes + m["cpu_budget_minutes"], steps + m["steps"], stages + 1
+        cpu, gpu = cpu + m.get("cpu_budget_minutes", 0.0), gpu + m.get("gpu_budget_minutes", 0.0)
+        steps, stages = steps + m["steps"], stages + 1
         m = (m.get("init") or {}).get("manifest")
     data = manifest["data"]
-    return {"cpu_minutes": minutes, "steps": steps, "stages": stages,
+    return {"cpu_minutes": cpu, "gpu_minutes": gpu, "steps": steps, "stages": stages,
             "train_tokens": data["train_response_tokens"] + data.get("sharegpt_reply_tokens", 0)}

@@ -268,8 +268,8 @@ def test_training_budget_sums_the_warm_start_chain():
     first = {"cpu_budget_minutes": 30, "steps": 1500, "data": {"train_response_tokens": 200}, "init": None}
     second = {"cpu_budget_minutes": 45, "steps": 2000, "init": {"path": "x", "manifest": first},
               "data": {"train_response_tokens": 200, "sharegpt_reply_tokens": 400}}
-    assert training_budget(first) == {"cpu_minutes": 30, "steps": 1500, "stages": 1, "train_tokens": 200}
-    assert training_budget(second) == {"cpu_minutes": 75, "steps": 3500, "stages": 2, "train_tokens": 600}
+    assert training_budget(first) == {"cpu_minutes": 30, "gpu_minutes": 0.0, "steps": 1500, "stages": 1, "train_tokens": 200}
+    assert training_budget(second) == {"cpu_minutes": 75, "gpu_minutes": 0.0, "steps": 3500, "stages": 2, "train_tokens": 600}
 
 
 def test_cached_features_keep_the_sequence_order(tiny):

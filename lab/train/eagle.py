@@ -35,6 +35,7 @@ from ..eagle import EagleHead, head_path, load_head, save_head
 from ..errors import LabError
 from ..models import load_target
 from ..paths import CACHE_DIR
+from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
 from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, unique_heldout
@@ -148,10 +149,11 @@ def head_loss(head: EagleHead, batch, feature_weight: float, ce_fraction: float 
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, float, float]:
     """(total loss, feature smooth-L1, cross-entropy) for one batch."""
     f_in, tokens, f_next, pad, scored = batch
-    noisy = f_in + (torch.rand(f_in.shape, generator=generator) * 2 - 1) * NOISE
+    noisy = f_in + (torch.rand(f_in.shape, generator=generator, device=f_in.device) * 2 - 1) * NOISE
     pred = head(noisy, tokens, attention_mask=pad)
     feature = F.smooth_l1_loss(pred[scored], f_next[scored])
-    keep = scored & (torch.rand(scored.shape, generator=generator) < ce_fraction) if ce_fraction < 1 else scored
+    keep = scored & (torch.rand(scored.shape, generator=generator, device=scored.device) < ce_fraction) \
+        if ce_fraction < 1 else scored
     if not keep.any():  # a small batch can draw no CE positions
         return feature_weight * feature, float(feature.detach()), float("nan")
     with torch.no_grad():
@@ -163,7 +165,8 @@ def head_loss(head: EagleHead, batch, feature_weight: float, ce_fraction: float 
 def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, lr: float = 1e-3, seed: int = 0,
                ce_fraction: float = 0.5, resume: bool = False, out: Path | None = None, target=None,
                data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
-               replies: int = 0, init: Path | None = None, reply_feature_dtype: str = "float32") -> Path:
+               replies: int = 0, init: Path | None = None, reply_feature_dtype: str = "float32",
+               device: str | None = None) -> Path:
     """Train an EAGLE head for `minutes` of wall time (or `max_steps`) and write it (fp16) with
     its manifest to `out` (default data/eagle/<variant>.safetensors).
 
@@ -172,16 +175,19 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     computes their features with a bfloat16 copy of the target, much faster on a CPU with
     matrix units and close to float32 next to the NOISE added to every input feature in
     training. The regenerated set, and so every held-out evaluation, stays float32.
-    `init`: start from this trained head's weights (its manifest is kept inside the new one)."""
+    `init`: start from this trained head's weights (its manifest is kept inside the new one).
+    `device="cuda"`: features and training on a GPU; the head is evaluated and saved from the
+    CPU. `eval_prompts=0` skips the held-out evaluation (`python -m lab evaluate` adds it)."""
     commit = git_commit()  # the code that trains, not whatever is checked out when it ends
+    device = resolve_device(device)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    generator = torch.Generator().manual_seed(seed)
-    target = target if target is not None else load_target()
+    generator = torch.Generator(device=device).manual_seed(seed)
+    target = (target if target is not None else load_target()).to(device)
     for param in target.parameters():
         param.requires_grad_(False)
     data = data if data is not None else load_regen()
-    head = load_head(target, variant, init) if init is not None else EagleHead(target, variant)
+    head = (load_head(target, variant, init) if init is not None else EagleHead(target, variant)).to(device)
     init_record = None if init is None else {  # read now: `out` may be `init` and is overwritten
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
         if init.with_suffix(".json").exists() else None}
@@ -208,12 +214,13 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     step, spent, history = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
     budget = minutes * 60
     head.train()
+    stream = batches(lambda: [(sources[s][0].ids(i), sources[s][1][i], p)
+                              for s, i, p in rng.sample(train, min(batch, len(train)))], _batch, device)
     bar = tqdm(total=round(budget), initial=round(spent), desc=f"train {variant}", unit="s")
     while spent < budget and (max_steps is None or step < max_steps):
         t0 = time.perf_counter()
         set_lr(optim, lr, step, spent, budget, warmup=50)
-        items = [(sources[s][0].ids(i), sources[s][1][i], p) for s, i, p in rng.sample(train, min(batch, len(train)))]
-        loss, feature, ce = head_loss(head, _batch(items), feature_weight, ce_fraction, generator)
+        loss, feature, ce = head_loss(head, next(stream), feature_weight, ce_fraction, generator)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.5)
@@ -226,7 +233,9 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
         bar.set_postfix(step=step, feature=f"{recent[0]:.3f}", ce=f"{recent[1]:.3f}")
         ckpt.save_if_due(head.own_state, optim, rng, {"step": step, "spent": spent, "history": history})
     bar.close()
+    stream.close()
     head.eval()
+    head.cpu(), target.cpu()  # the evaluation below, and every user of the head, run on the CPU
     save_head(head, out)
     report = heldout_report(head, data, feats, heldout)
     regen_manifest = REGEN_DIR / "manifest.json"
@@ -249,7 +258,8 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
         "init": init_record,
         "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch, "max_len": MAX_LEN,
                       "grad_clip": 0.5, "schedule": "50-step warm-up, cosine over the budget"},
-        "cpu_budget_minutes": minutes, "steps": step, "wall_seconds": round(spent, 1), "max_steps": max_steps,
+        budget_key(device): minutes,
+        "device": str(device), "steps": step, "wall_seconds": round(spent, 1), "max_steps": max_steps,
         "loss_first_20": {"feature": round(float(first[0]), 4), "ce": round(float(first[1]), 4)},
         "loss_last_20": {"feature": round(float(last[0]), 4), "ce": round(float(last[1]), 4)},
         **report,
@@ -309,6 +319,8 @@ def heldout_report(head, data: RegenSet, feats: FeatureSet, heldout: list[int], 
     """`evaluate` (default `evaluate_head`; `evaluate_eagle3` for EAGLE-3 heads) on the held-out
     prompts, and again on those of them whose prompt ShareGPT holds only once
     (`unique_heldout`), which no training stage can have seen."""
+    if not heldout:
+        return {}
     evaluate = evaluate or evaluate_head
     unique = sorted(set(unique_heldout(data)) & set(heldout))
     report = evaluate(head, data, feats, heldout)
@@ -317,18 +329,23 @@ def heldout_report(head, data: RegenSet, feats: FeatureSet, heldout: list[int], 
     return report
 
 
-def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data: RegenSet | None = None) -> dict:
+def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data: RegenSet | None = None,
+                        prompts: int | None = None) -> dict:
     """`python -m lab evaluate NAME`: re-score a saved EAGLE-1 or EAGLE-3 head on the held-out
     prompts its training evaluated and write the figures, with the command and commit that
     produced them, into its manifest under "evaluation" (the training figures stay as they
     were). Only the held-out sequences' features are computed (cached), so this takes a minute
-    or two on a CPU."""
+    or two on a CPU. `prompts` overrides how many held-out prompts (a head trained with
+    `--eval-prompts 0` evaluated none)."""
     manifest_path = path.with_suffix(".json")
     if not path.exists() or not manifest_path.exists():
         raise LabError(f"no head or manifest at {path}: train it first with `python -m lab train eagle1|eagle3 --name {path.stem}`")
     manifest = json.loads(manifest_path.read_text())
     target = target if target is not None else load_target()
-    heldout = (data if data is not None else load_regen()).subset("heldout", manifest["data"]["heldout_prompts_evaluated"])
+    count = prompts if prompts is not None else manifest["data"]["heldout_prompts_evaluated"]
+    if not count:
+        raise LabError(f"{path.stem} was trained without a held-out evaluation: give --prompts N (64 is the usual)")
+    heldout = (data if data is not None else load_regen()).subset("heldout", count)
     indices = list(range(len(heldout.split)))
     if manifest["variant"] == "eagle3":
         from ..eagle3 import load_head as load_eagle3

@@ -38,6 +38,7 @@ from ..eagle3 import Eagle3Head, feature_layers, head_path, load_head, save_head
 from ..errors import LabError
 from ..models import load_target
 from ..paths import CACHE_DIR
+from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
 from .eagle import EVAL_DEPTHS, MAX_LEN, ChainTally, FeatureSet, heldout_report, target_features
@@ -92,7 +93,7 @@ def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int, tap
 def step_positions(pad: torch.Tensor, start: torch.Tensor, s: int) -> torch.Tensor:
     """bool [B, T]: indices t whose step-s draft (token x_{t+2+s}) is scored: the token is a
     response token and the target's distribution for it is in the batch."""
-    index = torch.arange(pad.shape[1])
+    index = torch.arange(pad.shape[1], device=pad.device)
     lengths = pad.sum(1, keepdim=True)
     return (index + s < lengths) & (index + s >= start[:, None])
 
@@ -104,15 +105,16 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = ST
     its DistributedDataParallel wrapper); with `world` > 1 the per-step position counts are
     summed over ranks, so every rank's loss is its share of the global mean."""
     features, tokens, top, pad, start = batch
+    device = pad.device
     with torch.no_grad():  # the target's distributions, at label positions only (responses: about half)
         labels = step_positions(pad, start, 0)
         full = F.linear(top[labels], target_head)                    # [N, V] the target's logits
         argmax = full.argmax(-1)
-        in_vocab = torch.zeros(labels.shape, dtype=torch.bool)
+        in_vocab = torch.zeros(labels.shape, dtype=torch.bool, device=device)
         in_vocab[labels] = torch.isin(argmax, head.vocab)
-        p_target = torch.zeros(*labels.shape, len(head.vocab))
+        p_target = torch.zeros(*labels.shape, len(head.vocab), device=device)
         p_target[labels] = torch.softmax(full[:, head.vocab].float(), -1)  # restricted and renormalised
-        argmax_draft = torch.zeros(labels.shape, dtype=torch.long)
+        argmax_draft = torch.zeros(labels.shape, dtype=torch.long, device=device)
         argmax_draft[labels] = torch.searchsorted(head.vocab, argmax).clamp(max=len(head.vocab) - 1)
         del full
     outs = (head if model is None else model)(features, tokens, pad, steps)
@@ -121,7 +123,7 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = ST
         keep = step_positions(pad, start, s)
         keep[:, : max(width - s, 0)] &= in_vocab[:, s:]  # index t is scored if its label t+s is in vocabulary
         scored.append(keep)
-    counts = torch.tensor([float(k.sum()) for k in scored])
+    counts = torch.stack([k.sum() for k in scored]).float()
     if world > 1:
         dist.all_reduce(counts)
     loss, ces, hits = outs[0].sum() * 0.0, [], []  # zero, but part of the graph even if nothing is scored
@@ -208,7 +210,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
                  init: Path | None = None, resume: bool = False, out: Path | None = None, target=None,
                  data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
                  data_fraction: float = 1.0, taps: str = "fused", bf16_autocast: bool = True,
-                 progress: bool = True) -> Path:
+                 progress: bool = True, device: str | None = None) -> Path:
     """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
     cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
     data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
@@ -216,12 +218,15 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     sequences (the data-scaling runs); `taps="top"` feeds only the top feature (an ablation);
     `init` continues a trained head (same vocabulary and taps). `bf16_autocast` runs the
     matrix products in bfloat16 (fp32 weights and optimiser), faster on CPUs with bfloat16
-    support."""
+    support. `device="cuda"` computes the features and trains on a GPU (each rank on its own
+    under torchrun); the head is evaluated and saved from the CPU. `eval_prompts=0` skips the
+    held-out evaluation (`python -m lab evaluate NAME --prompts 64` adds it later)."""
     commit = git_commit()
     rank, world = _distributed()
+    device = resolve_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if device == "cuda" and world > 1 else device)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    target = target if target is not None else load_target()
+    target = (target if target is not None else load_target()).to(device)
     for param in target.parameters():
         param.requires_grad_(False)
     data = data if data is not None else load_regen()
@@ -241,6 +246,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         head = load_head(target, path=init)
     else:
         head = Eagle3Head(target, training_vocabulary(sources, vocab_size), taps)
+    head.to(device)
     init_record = None if init is None else {
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
         if init.with_suffix(".json").exists() else None}
@@ -249,7 +255,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:eval_prompts]
     params = [p for p in head.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    model = torch.nn.parallel.DistributedDataParallel(head) if world > 1 else head
+    model = head if world == 1 else torch.nn.parallel.DistributedDataParallel(
+        head, device_ids=[device] if device.type == "cuda" else None)
     out = out or head_path()
     taps = head.taps
     shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": taps,
@@ -261,24 +268,24 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     budget = minutes * 60
     hidden = target.config.hidden_size
     target_head = target.lm_head.weight.detach().float()
-    device = target_head.device.type
     head.train()
+    stream = batches(lambda: [(sources[s].ids(i), feature_sets[s][i], p)
+                              for s, i, p in rng.sample(train, min(batch, len(train)))[rank::world]],
+                     lambda items: make_batch(items, hidden, taps), device)
     bar = tqdm(total=max_steps or round(budget), initial=step if max_steps else round(spent), desc="train eagle3",
                unit="step" if max_steps else "s", disable=not progress or rank != 0)
     while (step < max_steps) if max_steps else (spent < budget):
         t0 = time.perf_counter()
         # a step-based schedule when the step count is fixed, so that runs are reproducible
         set_lr(optim, lr, step, *((step, max_steps) if max_steps else (spent, budget)), warmup=50)
-        picked = rng.sample(train, min(batch, len(train)))[rank::world]
-        items = [(sources[s].ids(i), feature_sets[s][i], p) for s, i, p in picked]
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16_autocast):
-            loss, ces, hits = ttt_loss(head, make_batch(items, hidden, taps), target_head, steps, model, world)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast):
+            loss, ces, hits = ttt_loss(head, next(stream), target_head, steps, model, world)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.5)
         optim.step()
         step += 1
-        elapsed = torch.tensor([time.perf_counter() - t0])
+        elapsed = torch.tensor([time.perf_counter() - t0], device=device)
         if world > 1:  # every rank must agree on the schedule and on when to stop
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         spent += float(elapsed)
@@ -290,11 +297,13 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         if rank == 0:
             ckpt.save_if_due(head.own_state, optim, rng, {"step": step, "spent": spent, "history": history})
     bar.close()
+    stream.close()
     head.eval()
+    head.cpu(), target.cpu()  # the evaluation below, and every user of the head, run on the CPU
     if rank == 0:
         save_head(head, out)
         settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,
-                    "bf16_autocast": bf16_autocast,
+                    "bf16_autocast": bf16_autocast, "device": str(device),
                     "data_fraction": data_fraction, "world": world, "reply_feature_dtype": reply_feature_dtype}
         write_json(out.with_suffix(".json"), _manifest(head, out, commit, data, sources, feature_sets, train, heldout,
                                                        init_record, extract_seconds, history, step, spent, settings))
@@ -341,9 +350,11 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                       "global_batch_sequences": settings["batch"], "max_len": MAX_LEN, "grad_clip": 0.5,
                       "processes": settings["world"], "bf16_autocast": settings["bf16_autocast"],
                       "schedule": f"50-step warm-up, cosine over the {'steps' if max_steps else 'wall-clock budget'}"},
-        "budget": {"feature_seconds_this_run": round(extract_seconds, 1), "train_wall_seconds": round(spent, 1),
+        "budget": {"device": settings["device"], "feature_seconds_this_run": round(extract_seconds, 1),
+                   "train_wall_seconds": round(spent, 1),
                    "requested_minutes": None if max_steps else settings["minutes"]},
-        "cpu_budget_minutes": round(spent / 60, 2), "steps": step, "max_steps": max_steps,
+        budget_key(torch.device(settings["device"])): round(spent / 60, 2),
+        "steps": step, "max_steps": max_steps,
         "loss_first_20": {"ce_by_step": [round(float(x), 4) for x in first[:steps]],
                           "top1_by_step": [round(float(x), 4) for x in first[steps:]]},
         "loss_last_20": {"ce_by_step": [round(float(x), 4) for x in last[:steps]],

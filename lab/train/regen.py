@@ -13,6 +13,7 @@ packed into data/regen/ as uint16 token ids plus a manifest.
 from __future__ import annotations
 
 import functools
+import hashlib
 import random
 import re
 import time
@@ -239,10 +240,26 @@ def sharegpt_replies(tokens: int) -> RegenSet:
     can be word for word a held-out one: such prompts are skipped. (The shipped head's second
     stage predates this rule, so judge it by its figures on `unique_heldout`.) A reply cut at
     the limit is closed with EOS as well, so one position in about 160 shows the target an ending it
-    would not have produced."""
+    would not have produced.
+
+    The result is cached under .cache/regen (a few MB), so later runs, and a machine without
+    the ShareGPT wheel (a lent GPU), read it instead of the 125 MB file."""
+    regen = load_regen()
+    digest = hashlib.sha1(regen.tokens.tobytes() + regen.offsets.tobytes()).hexdigest()[:12]
+    cache = CACHE_DIR / "regen" / f"sharegpt_replies_{tokens}_{digest}.npz"
+    if cache.exists():
+        z = np.load(cache)
+        return RegenSet(z["tokens"], z["offsets"], z["prompt_lens"], z["split"])
+    replies = _collect_sharegpt_replies(tokens, regen)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(cache, lambda tmp: np.savez(open(tmp, "wb"), tokens=replies.tokens, offsets=replies.offsets,
+                                             prompt_lens=replies.prompt_lens, split=replies.split))
+    return replies
+
+
+def _collect_sharegpt_replies(tokens: int, regen: RegenSet) -> RegenSet:
     from ..data import sharegpt_conversations
     tokenizer = load_tokenizer()
-    regen = load_regen()
     used = {tuple(ids[:p].tolist()) for split in ("train", "heldout") for ids, p in regen.sequences(split)}
     first_reply = {}
     for conv in sharegpt_conversations():
