@@ -152,7 +152,7 @@ class Eagle3Head(nn.Module):
         entries of steps 1..s: the diagonal. Returns each step's output states [B, T, H];
         those of step s predict x_{t+2+s}."""
         b, t = tokens.shape
-        index = torch.arange(t)
+        index = torch.arange(t, device=features.device)
         causal = (index[:, None] >= index[None, :]) & pad[:, None, None, :].bool()  # [B, 1, T, T]
         state = self.project(features)
         q, k0, v0 = self.midlayer.qkv(state, self.embed_tokens(tokens), index.expand(b, t))
