@@ -36,6 +36,8 @@ def repo_path(path: Path) -> str:
 
 
 def git_commit() -> str:
+    if os.environ.get("LAB_COMMIT"):  # a copy of the tree whose git metadata may be stale (a lent GPU machine)
+        return os.environ["LAB_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.strip()
@@ -44,8 +46,7 @@ def git_commit() -> str:
                                 ":!data/results", ":!figures"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         return sha + ("+uncommitted" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        # a copy of the tree without its git history (a lent GPU machine): the caller says which commit
-        return os.environ.get("LAB_COMMIT", "unknown")
+        return "unknown"
 
 
 def machine() -> dict:
