@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from .errors import LabError
 
@@ -25,6 +26,10 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                    help="eagle1/eagle2/eagle3: depth,top-k,total tokens, or auto = the size `python -m lab tune tree` "
                         "chose for this machine and head (default); a given tree applies to every EAGLE method "
                         "(an EAGLE-1 head drafts over its tuned vocabulary, an EAGLE-3 head over its own)")
+    p.add_argument("--eagle-head", default="eagle1",
+                   help="eagle1/eagle2: data/eagle/NAME.safetensors (default eagle1; eagle1-gpu: the GPU-trained one)")
+    p.add_argument("--eagle3-head", default="eagle3",
+                   help="eagle3: data/eagle/NAME.safetensors (default eagle3; eagle3-gpu: the GPU-trained one)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -46,27 +51,38 @@ def _parse_tree(text: str, flag: str) -> tuple[int, int, int]:
     return tree
 
 
-def _eagle(args: argparse.Namespace, target):
-    """The EAGLE head, its tree size (tuned or given) and the per-rank accuracies of its manifest."""
+def _rank_accuracy(manifest: dict) -> list[float]:
+    """Per-rank depth-1 accuracy from a head's manifest: its training's held-out figures, or
+    those `python -m lab evaluate` added (a head trained where the datasets were absent)."""
+    figures = manifest if "rank_accuracy" in manifest else manifest.get("evaluation", {})
+    if "rank_accuracy" not in figures:
+        raise LabError(f"{manifest['artifact']} has no held-out figures: run `python -m lab evaluate "
+                       f"{Path(manifest['artifact']).stem} --prompts 64`")
+    return figures["rank_accuracy"]
+
+
+def _tree_choice(args: argparse.Namespace, head: str, own_vocabulary: bool):
+    """The tree size for the head file `head`: its own tuning, or the given --eagle-tree."""
     from .costmodel import given_tree, load_choice
-    from .eagle import head_manifest, load_head
     if args.eagle_tree == "auto":
-        choice = load_choice(dtype=args.dtype)
-    else:
-        choice = given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype)
-    return load_head(target), choice, head_manifest()["rank_accuracy"]
+        return load_choice(dtype=args.dtype, head=head)
+    return given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype, head=head,
+                      own_vocabulary=own_vocabulary)
+
+
+def _eagle(args: argparse.Namespace, target):
+    """The EAGLE head (--eagle-head), its tree size and the per-rank accuracies of its manifest."""
+    from .eagle import head_manifest, head_path, load_head
+    return (load_head(target, path=head_path(args.eagle_head)), _tree_choice(args, args.eagle_head, False),
+            _rank_accuracy(head_manifest(args.eagle_head)))
 
 
 def _eagle3(args: argparse.Namespace, target):
-    """The EAGLE-3 head, its tree size (its own tuning, or the given --eagle-tree) and the
-    per-rank accuracies of its manifest (for the static tree)."""
-    from .costmodel import given_tree, load_choice
+    """The EAGLE-3 head (--eagle3-head), its tree size and the per-rank accuracies of its
+    manifest (for the static tree)."""
     from .eagle3 import head_manifest, load_head
-    if args.eagle_tree == "auto":
-        choice = load_choice(dtype=args.dtype, head="eagle3")
-    else:
-        choice = given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype, head="eagle3")
-    return load_head(target), choice, head_manifest()["rank_accuracy"]
+    return (load_head(target, args.eagle3_head), _tree_choice(args, args.eagle3_head, True),
+            _rank_accuracy(head_manifest(args.eagle3_head)))
 
 
 def _setup_lossy(args: argparse.Namespace, setup, methods: list[str]) -> None:
@@ -232,13 +248,14 @@ def _tune(args: argparse.Namespace) -> None:
     from .costmodel import choice_path, tune
     from .models import load_target, load_tokenizer
     target = load_target(args.dtype)
-    path = choice_path(args.dtype, args.head)
+    name = args.name or args.head
+    path = choice_path(args.dtype, name)
     if args.head == "eagle3":
         from .eagle3 import load_head
-        head, draft_vocab = load_head(target), 0  # it drafts over its own vocabulary
+        head, draft_vocab = load_head(target, name), 0  # it drafts over its own vocabulary
     else:
-        from .eagle import load_head
-        head, draft_vocab = load_head(target), args.draft_vocab
+        from .eagle import head_path, load_head
+        head, draft_vocab = load_head(target, path=head_path(name)), args.draft_vocab
     result = tune(target, load_tokenizer(), head, max_new_tokens=args.max_new_tokens,
                   positions=args.positions, draft_vocab=draft_vocab, path=path)
     c = result["choice"]
@@ -251,8 +268,6 @@ def _tune(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
     from .eagle3 import export_head, load_head
     from .models import load_target
     out = export_head(load_head(load_target(), args.name), Path(args.out))
@@ -351,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                            "8192); an EAGLE-3 head drafts over its own vocabulary")
     tune.add_argument("--head", choices=["eagle1", "eagle3"], default="eagle1",
                       help="which shipped head to tune for (each has its own choice file; default eagle1)")
+    tune.add_argument("--name", default=None,
+                      help="the head file data/eagle/NAME.safetensors of that kind (default: the kind's name)")
     tune.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                       help="the target's dtype to tune for (each has its own choice file; default float32)")
     tune.set_defaults(run=_tune)

@@ -317,13 +317,14 @@ def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "e
 
 
 def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,
-               dtype: str = "float32", head: str = "eagle1") -> TreeChoice:
+               dtype: str = "float32", head: str = "eagle1", own_vocabulary: bool = False) -> TreeChoice:
     """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
-    tuning), with the tuner's predictions for it where the tuning measured that tree with the
-    target in the same dtype (another dtype has another T(n), so no prediction)."""
+    tuning; an EAGLE-3 head, `own_vocabulary`, over its own), with the tuner's predictions for
+    it where the tuning measured that tree with the target in the same dtype (another dtype has
+    another T(n), so no prediction). `head` names the head file whose tuning applies."""
     path = path or choice_path(dtype, head)
     if not path.exists():
-        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=0 if head == "eagle3" else 8192)
+        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=0 if own_vocabulary else 8192)
     tuned = json.loads(path.read_text())
     if tuned.get("dtype", "float32") != dtype:
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])

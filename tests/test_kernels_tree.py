@@ -59,7 +59,7 @@ def test_tree_kernel_edge_cases():
     kids = tokens[2][parents[2] == 0]
     p[2, 0, kids] = 1.0 / len(kids)
     u[2] = 1.0
-    got = outputs(*verify_tree_batched(tokens, parents, p, u, noise, block_v=32))
+    got = outputs(*verify_tree_batched(*(t.to(DEVICE) for t in (tokens, parents, p, u, noise)), block_v=32))
     for i in range(3):
         r = verify_tree(tokens[i].tolist(), parents[i].tolist(), p[i], u[i], noise[i])
         assert got[i] == (r.path, r.tokens), i

@@ -51,7 +51,7 @@ def _tree_attention_kernel(q_ptr, k_ptr, v_ptr, bits_ptr, o_ptr, P, N, scale,
         k_mask = kj < total
         k = tl.load(k_ptr + (kv * total + kj[:, None]) * D + d[None, :], mask=k_mask[:, None], other=0.0)
         v = tl.load(v_ptr + (kv * total + kj[:, None]) * D + d[None, :], mask=k_mask[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
         node = kj - P  # index of the key among the tree nodes (negative: prefix)
         in_tree = node >= 0
         word_idx = tl.where(in_tree, node // 64, 0)
@@ -64,7 +64,7 @@ def _tree_attention_kernel(q_ptr, k_ptr, v_ptr, bits_ptr, o_ptr, P, N, scale,
         alpha = tl.exp(m - m_new)
         w = tl.exp(s - m_new[:, None])
         l = l * alpha + tl.sum(w, 1)
-        acc = acc * alpha[:, None] + tl.dot(w, v)
+        acc = acc * alpha[:, None] + tl.dot(w, v, input_precision="ieee")
         m = m_new
     out = acc / l[:, None]
     tl.store(o_ptr + (h * N + qi[:, None]) * D + d[None, :], out, mask=q_mask[:, None])
