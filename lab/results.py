@@ -23,11 +23,12 @@ RESULTS_DIR = DATA_DIR / "results"
 BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.json",
                "bench_eagle_tree24.json", "bench_eagle_bf16.json", "bench_eagle_bf16_tree32.json",
                "bench_eagle3.json", "bench_eagle3_before_retune.json", "bench_eagle3_tree24.json",
-               "bench_eagle3_humaneval.json", "bench_eagle3_static.json")
+               "bench_eagle3_humaneval.json", "bench_eagle3_static.json", "bench_eagle3_gpu_heads_tree24.json",
+               "bench_eagle3_gpu_heads_humaneval.json")
 # Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
 # n-alpha is shown from `python -m lab evaluate` only: training manifests written before the
 # ChainTally fix divided chain(d) by chain(d-1) over different sets of chains.
-KEY_FIGURES = ("steps", "budget_minutes", "cpu_budget_minutes", "train.response_tokens",
+KEY_FIGURES = ("machine.gpu", "steps", "budget_minutes", "cpu_budget_minutes", "gpu_budget_minutes", "train.response_tokens",
                "heldout.prompts", "data.sharegpt_reply_tokens", "heldout_top1_agreement_before",
                "heldout_top1_agreement", "heldout_top1_agreement_by_depth",
                "evaluation.heldout_top1_agreement_by_depth", "evaluation.heldout_n_alpha",
