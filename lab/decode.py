@@ -63,8 +63,14 @@ def resolve_kernel(kernel: str | None, device: torch.device) -> str:
     return kernel
 
 
+def _uniforms(n: int, sampling: Sampling, rng: RandomStream) -> torch.Tensor | None:
+    """The uniform draws of one verification (none when greedy). They are drawn before the
+    verification and kept in its `Cycle`, so that an inspector can explain every verdict."""
+    return None if sampling.greedy else rng.uniforms(n)
+
+
 def _verify(kernel: str, drafts: list[int], q: torch.Tensor | None, logits: torch.Tensor, sampling: Sampling,
-            rng: RandomStream) -> ChainResult:
+            uniforms: torch.Tensor | None, rng: RandomStream) -> ChainResult:
     """One chain verification, by the reference or by the Triton kernel (same random inputs,
     so the same result bit for bit)."""
     if kernel == "torch":
@@ -72,7 +78,7 @@ def _verify(kernel: str, drafts: list[int], q: torch.Tensor | None, logits: torc
         if sampling.greedy:
             return verify_chain_greedy(drafts, logits.argmax(-1).tolist())
         p = probabilities(logits, sampling)
-        return verify_chain(drafts, q, p, rng.uniforms(len(drafts)), rng.exponential(p.shape[-1]))
+        return verify_chain(drafts, q, p, uniforms, rng.exponential(p.shape[-1]))
     from .kernels import verify_chain_batched, verify_chain_greedy_batched
     device = logits.device
     d = torch.tensor([drafts], dtype=torch.long, device=device).reshape(1, len(drafts))
@@ -80,7 +86,7 @@ def _verify(kernel: str, drafts: list[int], q: torch.Tensor | None, logits: torc
         n, tokens = verify_chain_greedy_batched(d, logits.float()[None].contiguous())
     else:
         p = probabilities(logits, sampling)
-        u, noise = rng.uniforms(len(drafts)).to(device), rng.exponential(p.shape[-1]).to(device)
+        u, noise = uniforms.to(device), rng.exponential(p.shape[-1]).to(device)
         n, tokens = verify_chain_batched(d, None if q is None else q[None].to(device).contiguous(),
                                          p[None].contiguous(), u[None], noise[None])
     n0 = int(n[0])
@@ -88,14 +94,14 @@ def _verify(kernel: str, drafts: list[int], q: torch.Tensor | None, logits: torc
 
 
 def _verify_tree(kernel: str, tree: DraftTree, logits: torch.Tensor, sampling: Sampling,
-                 rng: RandomStream) -> TreeResult:
+                 uniforms: torch.Tensor | None, rng: RandomStream) -> TreeResult:
     """One tree verification, by the reference or by the Triton kernel."""
     if kernel == "torch":
         logits = logits.cpu()
         if sampling.greedy:
             return verify_tree_greedy(tree.tokens, tree.parents, logits.argmax(-1).tolist())
         p = probabilities(logits, sampling)
-        return verify_tree(tree.tokens, tree.parents, p, rng.uniforms(len(tree)), rng.exponential(p.shape[-1]))
+        return verify_tree(tree.tokens, tree.parents, p, uniforms, rng.exponential(p.shape[-1]))
     from .kernels import verify_tree_batched, verify_tree_greedy_batched
     device = logits.device
     tokens = torch.tensor([tree.tokens], dtype=torch.long, device=device)
@@ -104,7 +110,7 @@ def _verify_tree(kernel: str, tree: DraftTree, logits: torch.Tensor, sampling: S
         length, path, out = verify_tree_greedy_batched(tokens, parents, logits.float()[None].contiguous())
     else:
         p = probabilities(logits, sampling)[None].contiguous()
-        u, noise = rng.uniforms(len(tree)).to(device), rng.exponential(p.shape[-1]).to(device)
+        u, noise = uniforms.to(device), rng.exponential(p.shape[-1]).to(device)
         length, path, out = verify_tree_batched(tokens, parents, p, u[None], noise[None])
     m = int(length[0])
     return TreeResult(path[0, :m].tolist(), out[0, :m].tolist())
@@ -120,6 +126,7 @@ class Cycle:
     attempted: int         # draft positions tried (each because the earlier ones passed)
     last: str              # origin of the final token: corrected | bonus | target
     features: torch.Tensor | None  # target features [len(rows), F] for an EAGLE drafter, else None
+    uniforms: torch.Tensor | None  # the verification's uniform draws (None: greedy or a lossy rule)
 
 
 def _features(scored, layers: tuple[int, ...], rows: list[int] | None = None) -> torch.Tensor | None:
@@ -133,40 +140,46 @@ def _features(scored, layers: tuple[int, ...], rows: list[int] | None = None) ->
 def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch.Tensor | None, kernel: str,
                  sampling: Sampling, rng: RandomStream, layers: tuple[int, ...], rule=None) -> Cycle:
     scored = target.forward([context[-1]] + drafts, hidden_layers=layers + (rule.layers if rule else ()))
-    logits = scored.logits
+    logits, uniforms = scored.logits, None
     if rule is not None:  # a lossy acceptance rule (lab/judge.py): greedy, OR-ed with the target's argmax
         verdict = verify_chain_lossy(drafts, logits.argmax(-1).tolist(), rule.accepts(drafts, logits, scored.hidden))
     else:
-        verdict = _verify(kernel, drafts, q, logits, sampling, rng)
+        uniforms = _uniforms(len(drafts), sampling, rng)
+        verdict = _verify(kernel, drafts, q, logits, sampling, uniforms, rng)
     n = verdict.n_accepted
     target.crop(len(context) + n)  # keep the last token and the accepted drafts
     last = "target" if not drafts else ("bonus" if n == len(drafts) else "corrected")
     return Cycle(logits, verdict.tokens, n, list(range(n + 1)), min(n + 1, len(drafts)), last,
-                 _features(scored, layers, list(range(n + 1))))
+                 _features(scored, layers, list(range(n + 1))), uniforms)
 
 
 def _tree_cycle(target: Engine, context: list[int], tree: DraftTree, kernel: str, sampling: Sampling,
                 rng: RandomStream, layers: tuple[int, ...]) -> Cycle:
     scored = target.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(context) - 1),
                             hidden_layers=layers)
-    logits = scored.logits
-    verdict = _verify_tree(kernel, tree, logits, sampling, rng)
+    logits, uniforms = scored.logits, _uniforms(len(tree), sampling, rng)
+    verdict = _verify_tree(kernel, tree, logits, sampling, uniforms, rng)
     target.keep(len(context) - 1, verdict.path)  # the root and the accepted nodes
     n = len(verdict.path) - 1
     leaf = verdict.path[-1] not in tree.parents
     last = "target" if len(tree) == 1 else ("bonus" if leaf else "corrected")
     return Cycle(logits, verdict.tokens, n, verdict.path, n if leaf else n + 1, last,
-                 _features(scored, layers, verdict.path))
+                 _features(scored, layers, verdict.path), uniforms)
 
 
 def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, sampling: Sampling,
            draft_len: int, seed: int, eos_id: int | None,
            on_tokens: Callable[[list[int], list[str]], None] | None = None,
-           kernel: str | None = None, rule=None) -> DecodeResult:
+           kernel: str | None = None, rule=None,
+           on_cycle: Callable[[list[int], DraftTree | tuple, Cycle, list[int], list[str]], None] | None = None
+           ) -> DecodeResult:
     """Generate up to `max_new_tokens` after `prompt` (stopping after EOS) with `drafter`
     proposing up to `draft_len` tokens per cycle and the target verifying them with `kernel`
     (see `resolve_kernel`), or, given a lossy `rule` (lab/judge.py: `JudgeRule`, `TopKRule`),
-    greedily with that rule as a second way in (chains only)."""
+    greedily with that rule as a second way in (chains only). `on_tokens(tokens, origins)` sees
+    each cycle's new tokens; `on_cycle(context, proposal, cycle, tokens, origins)` also sees the
+    context the cycle started from, what was drafted and how the target scored it
+    (lab/treeview.py records cycles with it)."""
     if not prompt:
         raise ValueError("empty prompt: give at least one token")
     if rule is not None and not sampling.greedy:
@@ -210,6 +223,8 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         kept = origins.count("draft")
         result.accepted_per_cycle.append(kept)
         _count_positions(result, min(cycle.attempted, len(emitted)), kept)
+        if on_cycle:
+            on_cycle(context, proposal, cycle, emitted, origins)
         context += emitted
         if on_tokens:
             on_tokens(emitted, origins)

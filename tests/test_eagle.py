@@ -62,10 +62,11 @@ def test_eagle_equals_ar_real(target, tokenizer):
 
 
 def test_reduced_vocabulary_drafts_only_its_tokens(tiny, tokenizer):
-    from lab.treeview import RecordingDraft
+    from lab.treeview import CycleRecorder
     subset = torch.arange(5, tiny.config.vocab_size, 7)
-    recorder = RecordingDraft(EagleDraft(EagleHead(tiny).eval(), "dynamic", 3, 3, 10, vocab=subset))
-    decode(Engine(tiny), recorder, prompts(tokenizer, 1)[0], 12, GREEDY, 3, 0, None)
+    recorder = CycleRecorder(GREEDY)
+    decode(Engine(tiny), EagleDraft(EagleHead(tiny).eval(), "dynamic", 3, 3, 10, vocab=subset),
+           prompts(tokenizer, 1)[0], 12, GREEDY, 3, 0, None, on_cycle=recorder)
     drafted = {t for r in recorder.records for t in r.tree.tokens[1:]}
     assert drafted and drafted <= set(subset.tolist())
 

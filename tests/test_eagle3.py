@@ -328,13 +328,13 @@ def test_a_short_disk_fails_before_the_first_chunk(tiny, tmp_path, monkeypatch):
 
 
 def test_the_tree_viewer_records_eagle3_cycles(tiny, tokenizer):
-    """notebook 05's viewer wraps an EAGLE-3 drafter like any other: one record per cycle, the
-    emitted tokens are the decoded ones (the prefill scores the prompt and emits nothing), and
-    each cycle renders as HTML."""
-    from lab.treeview import RecordingDraft, cycle_html
-    recorder = RecordingDraft(EagleDraft(random_head(tiny, seed=3), "dynamic", 3, 3, 8))
-    out = decode(Engine(tiny), recorder, prompts(tokenizer, 1)[0], 16, GREEDY, 3, 0, None)
+    """notebook 05's inspector records an EAGLE-3 drafter's cycles like any other: one record per
+    cycle, the emitted tokens are the decoded ones (the prefill scores the prompt and emits
+    nothing), and each cycle renders as an SVG tree."""
+    from lab.treeview import CycleRecorder, cycle_svg
+    recorder = CycleRecorder(GREEDY)
+    out = decode(Engine(tiny), EagleDraft(random_head(tiny, seed=3), "dynamic", 3, 3, 8), prompts(tokenizer, 1)[0],
+                 16, GREEDY, 3, 0, None, on_cycle=recorder)
     assert len(recorder.records) == out.cycles  # one per verification forward (prefill not counted)
-    recorded = [t for r in recorder.records for t in r.emitted]  # the last cycle may overrun max_new_tokens
-    assert recorded[: len(out.tokens)] == out.tokens
-    assert all("<" in cycle_html(r, tokenizer) for r in recorder.records)
+    assert [t for r in recorder.records for t in r.emitted] == out.tokens
+    assert all(cycle_svg(r, tokenizer).startswith("<svg") for r in recorder.records)

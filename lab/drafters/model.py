@@ -31,6 +31,9 @@ class ModelDraft:
     def __init__(self, model):
         self.engine = engine_for(model)
         self.cached: list[int] = []
+        # the draft's probability of each token of the last proposal: q(x) when sampling, its
+        # softmax (temperature 1) when greedy, where q is one-hot; lab.treeview shows them
+        self.confidences: list[float] = []
 
     def begin(self, prompt: list[int]) -> None:
         self.engine.reset()
@@ -49,14 +52,17 @@ class ModelDraft:
 
     def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream):
         drafts, qs, seq = [], [], list(context)
+        self.confidences = []
         for _ in range(k):
             logits = self._feed(seq)
             if s.greedy:  # one-hot drafts: the argmax is all verification needs
                 x = int(logits.argmax())
+                self.confidences.append(float(torch.softmax(logits.float(), -1)[x]))
             else:
                 q = probabilities(logits, s)
                 x = race(q, rng.exponential(q.shape[-1]))
                 qs.append(q)
+                self.confidences.append(float(q[x]))
             drafts.append(x)
             seq.append(x)
         return drafts, (torch.stack(qs) if qs else None)

@@ -1,0 +1,242 @@
+"""The draft-tree inspector (notebook 05): step through the cycles of a speculative method on one
+prompt and see, for every drafted node, what the draft and the target made of it.
+
+`DraftTreeInspector(prompt, method=..., temperature=..., tree=...)` decodes the prompt with the
+method, recording every cycle (`lab.treeview.CycleRecorder` on decode's `on_cycle` hook), and
+shows one cycle at a time as an SVG tree, with a cycle slider and play/pause, the method,
+temperature and tree budget as controls, the details of the clicked node, and the text so far
+coloured by where each token came from. Changing a control decodes again.
+
+The controls are ipywidgets; the tree is a small anywidget view whose JavaScript ships in the
+package (lab/treeview.js), so nothing is fetched at run time. Where no widget can render (an
+exported notebook, nbconvert) the display falls back to static HTML of the current cycle: the
+same SVG, as Python drew it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+from pathlib import Path
+
+import anywidget
+import ipywidgets as widgets
+import traitlets
+
+from .bench import STATIC_METHODS, Setup
+from .costmodel import dtype_name, given_tree, load_choice
+from .data import chat_ids
+from .decode import DecodeResult, decode
+from .drafters import ModelDraft, TreeModelDraft
+from .engine import engine_for
+from .errors import LabError
+from .sampling import Sampling
+from .treeview import (
+    CycleRecord,
+    CycleRecorder,
+    cycle_summary,
+    cycle_svg,
+    foldable,
+    generated_html,
+    node_details,
+)
+
+INSPECTED_METHODS = ("sd", "sd-tree", "eagle1", "eagle2", "eagle3")
+CHAIN_METHODS = ("sd",)  # their budget is the chain's length: the depth slider alone
+DEPTHS, TOP_KS, TOTALS = (1, 8), (1, 10), (2, 64)  # the budget sliders' ranges
+MAX_TEMPERATURE = 2.0
+DRAFT_LAYERS = 2  # the shipped draft that sd and sd-tree use (the command line's default)
+PLAY_INTERVAL_MS = 1500
+
+
+class TreeView(anywidget.AnyWidget):
+    """Shows `svg` and sends `{"click": node}` for every click on an element with `data-node`."""
+    _esm = Path(__file__).with_name("treeview.js")
+    svg = traitlets.Unicode("").tag(sync=True)
+
+
+class DraftTreeInspector(widgets.VBox):
+    """Decoding cycles of one prompt, one at a time. `method` is one of INSPECTED_METHODS;
+    `tree` is (depth, top-k, total tokens), by default the shipped tuned tree
+    (data/eagle/tree_choice.json); `sd` reads only the depth (its chain length) and `eagle1`
+    no top-k (its static shape comes from the head's per-rank accuracy). `setup` supplies the
+    models (lab.bench.Setup: target, tokenizer, draft, heads); without one the shipped models
+    are loaded, each when a method first needs it. Decoding always uses the reference
+    verification (lab/verify.py), whose verdicts the inspector explains."""
+
+    # the view's state within a cycle, changed by click() and reset by every new cycle
+    expanded = traitlets.List(traitlets.Int(), help="nodes of the current cycle whose folded branch is open")
+    selected = traitlets.Int(-1, help="the node whose details are shown (-1: none)")
+
+    def __init__(self, prompt: str, method: str = "eagle2", temperature: float = 0.0,
+                 tree: tuple[int, int, int] | None = None, max_new_tokens: int = 64, seed: int = 0,
+                 setup: Setup | None = None):
+        super().__init__()
+        _check_arguments(prompt, method, temperature, tree, max_new_tokens)
+        self.setup = dataclasses.replace(setup) if setup is not None else _shipped_setup()
+        self.engine = engine_for(self.setup.target)
+        self.prompt_ids = chat_ids(self.setup.tokenizer, prompt)
+        self.max_new_tokens, self.seed = max_new_tokens, seed
+        self.records: list[CycleRecord] = []
+        self.result: DecodeResult | None = None
+        depth, top_k, total = tree or self._shipped_tree()
+        wide = {"description_width": "initial"}
+        self.method_picker = widgets.Dropdown(options=INSPECTED_METHODS, value=method, description="method",
+                                              style=wide)
+        self.temperature_slider = widgets.FloatSlider(value=temperature, min=0.0, max=MAX_TEMPERATURE, step=0.1,
+                                                      description="temperature", continuous_update=False, style=wide)
+        self.depth_slider = widgets.IntSlider(depth, *DEPTHS, description="depth", continuous_update=False)
+        self.top_k_slider = widgets.IntSlider(top_k, *TOP_KS, description="top-k", continuous_update=False)
+        self.total_slider = widgets.IntSlider(total, *TOTALS, description="total tokens", continuous_update=False,
+                                              style=wide)
+        # cycles are numbered from 1, as the summary counts them
+        self.cycle_slider = widgets.IntSlider(1, 1, 1, description="cycle", layout=widgets.Layout(width="420px"))
+        self.play = widgets.Play(1, 1, 1, interval=PLAY_INTERVAL_MS, description="play")
+        widgets.link((self.play, "max"), (self.cycle_slider, "max"))
+        widgets.link((self.play, "value"), (self.cycle_slider, "value"))
+        self.summary, self.details, self.text = widgets.HTML(), widgets.HTML(), widgets.HTML()
+        self.view = TreeView()
+        for widget, name in ((self, "inspector"), (self.method_picker, "method"),
+                             (self.temperature_slider, "temperature"), (self.depth_slider, "depth"),
+                             (self.top_k_slider, "top-k"), (self.total_slider, "total"),
+                             (self.cycle_slider, "cycle"), (self.play, "play"), (self.view, "tree"),
+                             (self.details, "details"), (self.text, "text")):
+            widget.add_class(f"lab-{name}")  # stable handles for the browser test
+        self.children = [widgets.HBox([self.method_picker, self.temperature_slider]),
+                         widgets.HBox([self.depth_slider, self.top_k_slider, self.total_slider]),
+                         widgets.HBox([self.play, self.cycle_slider]),
+                         self.summary, self.view, self.details, self.text]
+        for control in (self.method_picker, self.temperature_slider, self.depth_slider, self.top_k_slider,
+                        self.total_slider):
+            control.observe(self._decode, names="value")
+        self.cycle_slider.observe(self._show_cycle, names="value")
+        self.view.on_msg(lambda _view, content, _buffers: self.click(int(content["click"])))
+        self._decode()
+
+    @property
+    def record(self) -> CycleRecord:
+        """The cycle on show."""
+        return self.records[self.cycle_slider.value - 1]
+
+    def click(self, node: int) -> None:
+        """What a click on a node does: select it (its details are shown) and, if its branch
+        can fold, fold or unfold it. Node len(tree) is the target's own token."""
+        if not 0 <= node <= len(self.record.tree):
+            raise LabError(f"cycle {self.cycle_slider.value} has nodes 0..{len(self.record.tree)}, not {node}")
+        if node in foldable(self.record):
+            self.expanded = [n for n in self.expanded if n != node] if node in self.expanded else self.expanded + [node]
+        self.selected = node
+        self._draw_tree()
+
+    def static_html(self) -> str:
+        """The current cycle as plain HTML (summary, SVG tree, details, text): what a notebook
+        shows where widgets cannot render."""
+        return (f'<div class="lab-inspector-static">{self.summary.value}{self.view.svg}{self.details.value}'
+                f"{self.text.value}</div>")
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/html"] = self.static_html()  # kept in the saved notebook; nbconvert shows it
+        return bundle
+
+    def _shipped_tree(self) -> tuple[int, int, int]:
+        """The tree the setup carries, else the shipped tuning for the target's dtype."""
+        choice = self.setup.eagle_tree or load_choice(dtype=dtype_name(self.setup.target.dtype))
+        return choice.depth, choice.top_k, choice.total_tokens
+
+    def _drafter(self, method: str):
+        """The method's drafter with the current budget, loading the shipped draft or head
+        the first time a method needs it."""
+        setup, depth = self.setup, self.depth_slider.value
+        top_k, total = self.top_k_slider.value, self.total_slider.value
+        if method in ("sd", "sd-tree"):
+            if setup.draft is None:
+                from .models import load_draft
+                setup.draft = load_draft(setup.target, DRAFT_LAYERS)
+            return ModelDraft(setup.draft) if method == "sd" else TreeModelDraft(setup.draft, depth, top_k, total)
+        dtype = dtype_name(setup.target.dtype)
+        if method == "eagle3":
+            if setup.head3 is None:
+                from .eagle3 import head_manifest, load_head
+                setup.head3, setup.rank_accuracy3 = load_head(setup.target), head_manifest()["rank_accuracy"]
+            setup.eagle3_tree = given_tree(depth, top_k, total, dtype=dtype, head="eagle3")
+        else:
+            if setup.head is None:
+                from .eagle import head_manifest, load_head
+                setup.head, setup.rank_accuracy = load_head(setup.target), head_manifest()["rank_accuracy"]
+            setup.eagle_tree = given_tree(depth, top_k, total, dtype=dtype)
+        return setup.eagle_drafter(method)
+
+    def _decode(self, _change: dict | None = None) -> None:
+        method = self.method_picker.value
+        self.top_k_slider.disabled = method in CHAIN_METHODS or method in STATIC_METHODS
+        self.total_slider.disabled = method in CHAIN_METHODS
+        sampling = Sampling(self.temperature_slider.value)
+        drafter = self._drafter(method)
+        recorder = CycleRecorder(sampling, drafter)
+        self.result = decode(self.engine, drafter, self.prompt_ids, self.max_new_tokens, sampling,
+                             self.depth_slider.value, self.seed, self.setup.tokenizer.eos_token_id, kernel="torch",
+                             on_cycle=recorder)
+        self.records = recorder.records
+        if self.cycle_slider.value == 1:
+            self._show_cycle()
+        else:
+            self.cycle_slider.value = 1  # shows the first cycle through the slider's observer
+        self.cycle_slider.max = len(self.records)
+
+    def _show_cycle(self, _change: dict | None = None) -> None:
+        """A cycle comes into view folded, with nothing selected."""
+        tokenizer = self.setup.tokenizer
+        self.summary.value = self._summary_html()
+        self.text.value = generated_html(self.records, self.cycle_slider.value - 1, tokenizer)
+        self.expanded, self.selected = [], -1
+        self._draw_tree()
+
+    def _draw_tree(self) -> None:
+        tokenizer, record = self.setup.tokenizer, self.record
+        self.view.svg = cycle_svg(record, tokenizer, set(self.expanded), self.selected)
+        if self.selected < 0:
+            self.details.value = ('<div style="font-size:12px;color:#57606a">Hover over a node for its scores and '
+                                  "verdict; click it to keep them here (and to unfold a +n branch).</div>")
+        else:
+            lines = node_details(record, self.selected, tokenizer)
+            self.details.value = (f'<div style="font-size:12px"><b>{html.escape(lines[0])}</b><ul style="margin:2px 0">'
+                                  + "".join(f"<li>{html.escape(line)}</li>" for line in lines[1:]) + "</ul></div>")
+
+    def _summary_html(self) -> str:
+        method, result = self.method_picker.value, self.result
+        depth, top_k, total = self.depth_slider.value, self.top_k_slider.value, self.total_slider.value
+        if method in CHAIN_METHODS:
+            budget = f"a chain of up to {depth} drafts"
+        elif method in STATIC_METHODS:
+            budget = f"a static tree, depth {depth}, {total} tokens"
+        else:
+            budget = f"a dynamic tree, depth {depth}, top-k {top_k}, {total} tokens"
+        seconds = self.records[-1].seconds
+        rate = f", {len(result.tokens) / seconds:.1f} tokens/s" if seconds > 0 else ""
+        return (f'<div style="font-size:13px"><b>{method}</b> at temperature {self.temperature_slider.value:g}, '
+                f"{budget}: {len(result.tokens)} tokens in {result.cycles} cycles, τ = {result.tau:.2f}{rate}"
+                f"<br><b>cycle {self.cycle_slider.value} of {len(self.records)}</b>: "
+                f"{html.escape(cycle_summary(self.record, self.setup.tokenizer))}</div>")
+
+
+def _check_arguments(prompt: str, method: str, temperature: float, tree: tuple[int, int, int] | None,
+                     max_new_tokens: int) -> None:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise LabError("DraftTreeInspector needs a prompt: a non-empty string")
+    if method not in INSPECTED_METHODS:
+        raise LabError(f"the inspector steps through {', '.join(INSPECTED_METHODS)}, not {method!r}")
+    if not 0.0 <= temperature <= MAX_TEMPERATURE:
+        raise LabError(f"temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}, got {temperature}")
+    if tree is not None and (len(tree) != 3 or not all(low <= int(v) <= high for v, (low, high)
+                                                       in zip(tree, (DEPTHS, TOP_KS, TOTALS)))):
+        raise LabError(f"tree must be (depth {DEPTHS[0]}-{DEPTHS[1]}, top-k {TOP_KS[0]}-{TOP_KS[1]}, "
+                       f"total tokens {TOTALS[0]}-{TOTALS[1]}), got {tree!r}")
+    if max_new_tokens < 1:
+        raise LabError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+
+
+def _shipped_setup() -> Setup:
+    """The shipped target and tokenizer; drafts and heads are loaded when a method needs them.
+    The inspector gives decode its own sampling, budget and seed, so the Setup's are left at rest."""
+    from .models import load_target, load_tokenizer
+    return Setup(load_target(), None, load_tokenizer(), Sampling(), 0, 0, 0)

@@ -1,0 +1,175 @@
+"""The inspector in a real browser: JupyterLab on 127.0.0.1 with a token, Debian's chromium
+driven headless by Playwright, tests/browser/inspector.ipynb run in the page. The tree's nodes
+and accepted path must be drawn, and moving the cycle slider, changing the method and clicking
+a node must redraw them. Screenshots go to figures/inspector_*.png.
+
+Without chromium (`make setup-browser` installs it) or playwright (a dependency in
+pyproject.toml) the test is skipped and says why."""
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lab.paths import FIGURES_DIR
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+except ImportError:  # the test skips and says why
+    sync_playwright = None
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = Path(__file__).parent / "browser" / "inspector.ipynb"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+SERVER_START_S, KERNEL_START_S, DECODE_S = 90, 120, 180  # generous: the machine may be busy
+RUN_TRIES, RUN_WAIT_S = 6, 10
+TREE = ".lab-tree"
+
+
+def _chromium_or_skip() -> str:
+    """Debian's chromium, or a skip that prints its reason."""
+    reason = None
+    if sync_playwright is None:
+        reason = "playwright is not installed: `pip install -e .` installs it (pyproject.toml)"
+    elif shutil.which("chromium") is None:
+        reason = "Debian's chromium is not installed: `make setup-browser` (apt-get install chromium)"
+    if reason:
+        print(f"[test_browser] skipped: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    return shutil.which("chromium")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    """JupyterLab serving a copy of the notebook from a temporary folder (so nothing it writes
+    lands in tests/), with its own settings: no news pop-up, no update check."""
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    shutil.copy(NOTEBOOK, root)
+    settings = tmp_path / "settings"
+    notifications = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notifications.parent.mkdir(parents=True)
+    notifications.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    port, token = _free_port(), secrets.token_hex(16)
+    log = (tmp_path / "jupyterlab.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config")})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"JupyterLab did not start: see {log.name}") from None
+                time.sleep(0.5)
+        yield url, token, Path(log.name)
+    finally:
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _tree_markup(page) -> str:
+    return page.inner_html(TREE)
+
+
+def _wait_for_redraw(page, before: str) -> None:
+    page.wait_for_function("([selector, before]) => document.querySelector(selector).innerHTML !== before",
+                           arg=[TREE, before], timeout=DECODE_S * 1000)
+
+
+def _run_the_code_cell(page) -> None:
+    """Run the notebook's code cell. A kernel that reports idle a moment before it is connected
+    drops the request (the prompt stays `[ ]`), so ask again until the cell is queued or runs."""
+    prompt = page.locator(".jp-CodeCell .jp-InputPrompt").first
+    for _ in range(RUN_TRIES):
+        page.click(".jp-CodeCell .cm-content")
+        page.keyboard.press("Control+Enter")  # run it and stay on it
+        try:
+            page.wait_for_function("(prompt) => !prompt.innerText.includes('[ ]')", arg=prompt.element_handle(),
+                                   timeout=RUN_WAIT_S * 1000)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"the kernel never took the cell in {RUN_TRIES} tries")
+
+
+def test_the_inspector_draws_and_redraws_in_jupyterlab(jupyterlab):
+    chromium = _chromium_or_skip()
+    url, token, jupyterlab_log = jupyterlab
+    FIGURES_DIR.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page.goto(f"{url}/lab/tree/{NOTEBOOK.name}?token={token}")
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]", timeout=KERNEL_START_S * 1000)
+            _run_the_code_cell(page)
+
+            # the first cycle: nodes, the accepted path (root to the target's own token) and the text
+            try:
+                page.wait_for_selector(f"{TREE} svg g.node", timeout=DECODE_S * 1000)
+            except PlaywrightTimeout:
+                page.screenshot(path=jupyterlab_log.parent / "no_tree.png")
+                raise AssertionError(f"no tree drawn; the cell's output: {page.inner_text('.jp-CodeCell')!r}; "
+                                     f"server log and screenshot in {jupyterlab_log.parent}") from None
+            assert page.locator(f"{TREE} svg g.node").count() >= 2
+            assert page.locator(f"{TREE} svg path.edge.path").count() >= 1
+            assert page.locator(f"{TREE} svg g.node.root").count() == 1
+            assert "eagle2" in page.inner_text(".lab-inspector") and "τ = " in page.inner_text(".lab-text")
+            inspector = page.locator(".lab-inspector")
+            inspector.screenshot(path=FIGURES_DIR / "inspector_eagle2.png")
+
+            # the slider, moved from the keyboard, shows the next cycle
+            before = _tree_markup(page)
+            page.focus(".lab-cycle .noUi-handle")
+            page.keyboard.press("ArrowRight")
+            _wait_for_redraw(page, before)
+            assert "cycle 2 of" in page.inner_text(".lab-inspector")
+            assert page.locator(f"{TREE} svg path.edge.path").count() >= 1
+
+            # a click on the root selects it: its details come back from the kernel
+            before = _tree_markup(page)
+            page.click(f"{TREE} g.node[data-node='0']")
+            page.wait_for_function("() => document.querySelector('.lab-details').innerText.includes('root')",
+                                   timeout=DECODE_S * 1000)
+            _wait_for_redraw(page, before)  # the selected node gets a ring
+            inspector.screenshot(path=FIGURES_DIR / "inspector_cycle.png")
+
+            # another method decodes again and redraws from cycle 1
+            before = _tree_markup(page)
+            page.select_option(".lab-method select", "sd")
+            _wait_for_redraw(page, before)
+            page.wait_for_function("() => document.querySelector('.lab-inspector').innerText.includes('sd at temperature')",
+                                   timeout=DECODE_S * 1000)
+            assert "cycle 1 of" in page.inner_text(".lab-inspector")
+            assert page.locator(f"{TREE} svg g.node").count() >= 2
+            assert page.locator(f"{TREE} svg path.edge.path").count() >= 1
+            inspector.screenshot(path=FIGURES_DIR / "inspector_sd.png")
+        finally:
+            browser.close()
