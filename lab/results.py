@@ -80,8 +80,11 @@ def _bench_section(path: Path, result: dict) -> list[str]:
              "```bash", result["command"], "```", ""]
     for name, s in result["config"].get("methods", {}).items():
         if "tree" in s:
+            # which head file: --eagle-head / --eagle3-head where the run had them, else the kind's default
+            flag = {"eagle1": "eagle_head", "eagle3": "eagle3_head"}.get(s.get("head"))
+            head = result["config"].get(flag) or s.get("head")
             lines.append(f"* `{name}`: {s['tree']}, depth {s['depth']}, top-k {_number(s['top_k']) or '-'}, "
-                         f"{s['total_tokens']} tokens, head `{s.get('head')}`")
+                         f"{s['total_tokens']} tokens, head `{head}`")
     return lines + ([""] if lines[-1] else []) + [format_table(result), ""]
 
 
