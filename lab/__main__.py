@@ -218,6 +218,7 @@ def _train(args: argparse.Namespace) -> None:
                            reply_feature_dtype=args.reply_feature_dtype, data_fraction=args.data_fraction,
                            init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
                            bf16_autocast=not args.fp32, device=args.device, eval_prompts=args.eval_prompts,
+                           output_init=args.output_init,
                            out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
     else:
         from .eagle import head_path
@@ -331,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="eagle3: train on this first fraction of the training sequences (default 1)")
     train.add_argument("--taps", default="fused", choices=["fused", "top"],
                        help="eagle3: the target's layers 2, N/2, N-3 fused (default), or its top feature only")
+    train.add_argument("--output-init", default="random", choices=["random", "target"],
+                       help="eagle3: a new head's final norm and LM head random (default) or copied from the "
+                            "target's (its rows for the draft vocabulary)")
     train.add_argument("--max-steps", type=int, default=None,
                        help="eagle3: exactly this many steps instead of a time budget (cosine over steps)")
     train.add_argument("--minutes", type=float, default=None,

@@ -133,6 +133,15 @@ class Eagle3Head(nn.Module):
         self.register_buffer("vocab", vocab)
         self.to(target.dtype)
 
+    @torch.no_grad()
+    def copy_target_output(self, target) -> None:
+        """Start the final norm and the LM head from the target's own (its LM-head rows for the
+        draft vocabulary), so that training begins from a readout the target already uses
+        instead of a random one: the EAGLE-1 head gets that for free by sharing the target's
+        LM head; an EAGLE-3 head otherwise learns it from its training tokens alone."""
+        self.norm.weight.copy_(target.model.norm.weight)
+        self.lm_head.weight.copy_(target.lm_head.weight[self.vocab.to(target.lm_head.weight.device)])
+
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """The target's concatenated taps [..., 3H] -> the layer's input state g [..., H]."""
         return self.fc(features)

@@ -233,6 +233,17 @@ def test_ttt_loss_masks_tokens_outside_the_vocabulary_and_the_prompt(tiny):
     assert float(loss.detach()) > 0 and not np.isnan(ces[0])
 
 
+def test_the_target_output_init_reads_out_as_the_target_does(tiny):
+    """--output-init target: before any training the head's readout of a state is the target's
+    own (final norm, then LM head), restricted to the draft vocabulary."""
+    head = Eagle3Head(tiny, torch.arange(3, tiny.config.vocab_size, 5))
+    states = torch.randn(4, tiny.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    want = tiny.lm_head(tiny.model.norm(states))[:, head.vocab]
+    assert not torch.allclose(head.logits(states), want)  # a random readout differs
+    head.copy_target_output(tiny)
+    assert torch.equal(head.logits(states), want)
+
+
 def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkeypatch):
     import lab.train.checkpoint as checkpoint
     out = tmp_path / "head3.safetensors"

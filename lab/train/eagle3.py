@@ -210,7 +210,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
                  init: Path | None = None, resume: bool = False, out: Path | None = None, target=None,
                  data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
                  data_fraction: float = 1.0, taps: str = "fused", bf16_autocast: bool = True,
-                 progress: bool = True, device: str | None = None) -> Path:
+                 progress: bool = True, device: str | None = None, output_init: str = "random") -> Path:
     """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
     cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
     data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
@@ -220,7 +220,9 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     matrix products in bfloat16 (fp32 weights and optimiser), faster on CPUs with bfloat16
     support. `device="cuda"` computes the features and trains on a GPU (each rank on its own
     under torchrun); the head is evaluated and saved from the CPU. `eval_prompts=0` skips the
-    held-out evaluation (`python -m lab evaluate NAME --prompts 64` adds it later)."""
+    held-out evaluation (`python -m lab evaluate NAME --prompts 64` adds it later).
+    `output_init="target"` starts a new head's final norm and LM head from the target's
+    (`Eagle3Head.copy_target_output`)."""
     commit = git_commit()
     rank, world = _distributed()
     device = resolve_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if device == "cuda" and world > 1 else device)
@@ -246,6 +248,10 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         head = load_head(target, path=init)
     else:
         head = Eagle3Head(target, training_vocabulary(sources, vocab_size), taps)
+        if output_init == "target":
+            head.copy_target_output(target)
+        elif output_init != "random":
+            raise LabError(f"unknown --output-init {output_init!r}: choose random or target")
     head.to(device)
     init_record = None if init is None else {
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
@@ -261,7 +267,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     taps = head.taps
     shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": taps,
              "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
-             "data_fraction": data_fraction, "init": None if init is None else repo_path(init), "world": world}
+             "data_fraction": data_fraction, "init": None if init is None else repo_path(init), "world": world,
+             "output_init": output_init}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     state = ckpt.resume(head, optim, rng) if resume else None
     step, spent, history = (state["step"], state["spent"], state["history"]) if state else (0, 0.0, [])
@@ -303,7 +310,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     if rank == 0:
         save_head(head, out)
         settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,
-                    "bf16_autocast": bf16_autocast, "device": str(device),
+                    "bf16_autocast": bf16_autocast, "device": str(device), "output_init": output_init,
                     "data_fraction": data_fraction, "world": world, "reply_feature_dtype": reply_feature_dtype}
         write_json(out.with_suffix(".json"), _manifest(head, out, commit, data, sources, feature_sets, train, heldout,
                                                        init_record, extract_seconds, history, step, spent, settings))
@@ -335,7 +342,9 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
         "objective": {"training_time_test_steps": steps, "step_weight": f"{STEP_DECAY}^s",
                       "loss": "soft cross-entropy against the target's distribution restricted to the draft "
                               "vocabulary (renormalised), masked where the target's argmax is outside it",
-                      "feature_regression": None},
+                      "feature_regression": None,
+                      "output_init": "final norm and LM head from the target's" if settings["output_init"] == "target"
+                      else "random" if init_record is None else "continued"},
         "data": {"file": regen.get("artifact"), "train_sequences": len(train), "train_response_tokens": response_tokens,
                  "data_fraction": settings["data_fraction"],
                  "sharegpt_reply_sequences": len(sources[1].split) if len(sources) > 1 else 0,
