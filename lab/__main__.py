@@ -51,38 +51,28 @@ def _parse_tree(text: str, flag: str) -> tuple[int, int, int]:
     return tree
 
 
-def _rank_accuracy(manifest: dict) -> list[float]:
-    """Per-rank depth-1 accuracy from a head's manifest: its training's held-out figures, or
-    those `python -m lab evaluate` added (a head trained where the datasets were absent)."""
-    figures = manifest if "rank_accuracy" in manifest else manifest.get("evaluation", {})
-    if "rank_accuracy" not in figures:
-        raise LabError(f"{manifest['artifact']} has no held-out figures: run `python -m lab evaluate "
-                       f"{Path(manifest['artifact']).stem} --prompts 64`")
-    return figures["rank_accuracy"]
-
-
-def _tree_choice(args: argparse.Namespace, head: str, own_vocabulary: bool):
-    """The tree size for the head file `head`: its own tuning, or the given --eagle-tree."""
+def _tree_choice(args: argparse.Namespace, head: str, kind: str):
+    """The tree size for the head file `head` of `kind`: its own tuning, or the given --eagle-tree."""
     from .costmodel import given_tree, load_choice
     if args.eagle_tree == "auto":
-        return load_choice(dtype=args.dtype, head=head)
-    return given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype, head=head,
-                      own_vocabulary=own_vocabulary)
+        return load_choice(dtype=args.dtype, head=head, kind=kind)
+    return given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype, head=head, kind=kind)
 
 
 def _eagle(args: argparse.Namespace, target):
     """The EAGLE head (--eagle-head), its tree size and the per-rank accuracies of its manifest."""
-    from .eagle import head_manifest, head_path, load_head
-    return (load_head(target, path=head_path(args.eagle_head)), _tree_choice(args, args.eagle_head, False),
-            _rank_accuracy(head_manifest(args.eagle_head)))
+    from .eagle import head_manifest, head_path, load_head, rank_accuracy_of
+    return (load_head(target, path=head_path(args.eagle_head)), _tree_choice(args, args.eagle_head, "eagle1"),
+            rank_accuracy_of(head_manifest(args.eagle_head)))
 
 
 def _eagle3(args: argparse.Namespace, target):
     """The EAGLE-3 head (--eagle3-head), its tree size and the per-rank accuracies of its
     manifest (for the static tree)."""
+    from .eagle import rank_accuracy_of
     from .eagle3 import head_manifest, load_head
-    return (load_head(target, args.eagle3_head), _tree_choice(args, args.eagle3_head, True),
-            _rank_accuracy(head_manifest(args.eagle3_head)))
+    return (load_head(target, args.eagle3_head), _tree_choice(args, args.eagle3_head, "eagle3"),
+            rank_accuracy_of(head_manifest(args.eagle3_head)))
 
 
 def _setup_lossy(args: argparse.Namespace, setup, methods: list[str]) -> None:
@@ -258,7 +248,7 @@ def _tune(args: argparse.Namespace) -> None:
         from .eagle import head_path, load_head
         head, draft_vocab = load_head(target, path=head_path(name)), args.draft_vocab
     result = tune(target, load_tokenizer(), head, max_new_tokens=args.max_new_tokens,
-                  positions=args.positions, draft_vocab=draft_vocab, path=path)
+                  positions=args.positions, draft_vocab=draft_vocab, path=path, head_name=name)
     c = result["choice"]
     print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
           f"predicted tau {c['predicted_tau']:.2f}, speed-up {c['predicted_speedup']:.2f}x "

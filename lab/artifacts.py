@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,13 +18,24 @@ import torch
 
 from .paths import ROOT
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once: os.umask can only be read by setting it
+
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp_path), then rename tmp_path to path."""
+    """Call write(tmp_path), then rename tmp_path to path. Each writer gets its own temporary
+    name, so two processes writing the same file (ranks under torchrun) cannot mix their bytes:
+    the last rename wins, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    os.close(handle)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; the result should read like any file
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -35,7 +35,7 @@ from .artifacts import command_line, git_commit, machine, write_json
 from .data import chat_ids, mt_bench
 from .decode import decode
 from .drafters import EagleDraft, NoDraft, draft_vocabulary, static_shape
-from .eagle import EagleHead, head_manifest
+from .eagle import EagleHead, head_manifest, rank_accuracy_of
 from .eagle3 import Eagle3Head
 from .engine import engine_for
 from .errors import LabError
@@ -223,10 +223,12 @@ def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_pe
 
 def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_tokens: int = 128, positions: int = 160,
          prefix: int = 300, path: Path | None = None, seed: int = 0, rank_accuracy: list[float] | None = None,
-         depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0) -> dict:
+         depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0, head_name: str | None = None) -> dict:
     """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
     speed-up; write everything (and the static tree's figures at the same budget) to `path`
-    (`python -m lab tune tree` passes `choice_path(dtype)`; None writes nothing)."""
+    (`python -m lab tune tree` passes `choice_path(dtype, name)`; None writes nothing).
+    `head_name` is the head's file under data/eagle (default: its kind's shipped one): its
+    manifest gives the per-rank accuracy that shapes the static tree."""
     if prompts is None:
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
     # This shared machine drifts by 10-20% over minutes, so the timings the prediction divides
@@ -246,7 +248,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     ar_forward = min(ar_forwards)  # AR's forward takes no mask: the loop's share of t_AR is the rest
     loop = max(ar_per_token - ar_forward, 0.0)
     picks = draft_positions(seqs, positions, seed)
-    rank_accuracy = rank_accuracy or _manifest_of(head)["rank_accuracy"]
+    rank_accuracy = rank_accuracy or rank_accuracy_of(_manifest_of(head, head_name))
     vocab = draft_vocabulary(draft_vocab) if draft_vocab else None
     own = getattr(head, "vocab", None)  # an EAGLE-3 head drafts over its own vocabulary
     first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab)
@@ -266,7 +268,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     drafted = own.cpu() if own is not None else vocab
     coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
-              "head": head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
+              "head": head_name or head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
@@ -284,11 +286,12 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     return result
 
 
-def _manifest_of(head) -> dict:
+def _manifest_of(head, name: str | None = None) -> dict:
+    """The manifest of the head file `name` (default: the head kind's shipped file)."""
     if head.variant == "eagle3":
         from .eagle3 import head_manifest as eagle3_manifest
-        return eagle3_manifest()  # the shipped EAGLE-3 head's
-    return head_manifest(head.variant)
+        return eagle3_manifest(name or "eagle3")
+    return head_manifest(name or head.variant)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -303,28 +306,36 @@ def choice_path(dtype: str = "float32", head: str = "eagle1") -> Path:
     return CHOICE_PATH.with_name("_".join(["tree_choice", *parts]) + ".json")
 
 
-def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "eagle1") -> TreeChoice:
-    """The tuned tree; it is only valid for the dtype whose T(n) the tuning measured."""
+def _tune_command(head: str, kind: str | None, dtype: str) -> str:
+    kind = kind or head
+    return f"python -m lab tune tree --head {kind}" + (f" --name {head}" if head != kind else "") + f" --dtype {dtype}"
+
+
+def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "eagle1",
+                kind: str | None = None) -> TreeChoice:
+    """The tuned tree of the head file `head` (of `kind` eagle1 or eagle3: default, the same
+    name); it is only valid for the dtype whose T(n) the tuning measured."""
     path = path or choice_path(dtype, head)
     if not path.exists():
-        raise LabError(f"no tuned tree at {path}: run `python -m lab tune tree --head {head} --dtype {dtype}` "
-                       "(a few minutes)")
+        raise LabError(f"no tuned tree at {path}: run `{_tune_command(head, kind, dtype)}` (a few minutes) "
+                       "or pass --eagle-tree depth,top-k,total")
     tuned = json.loads(path.read_text())
     if tuned.get("dtype", "float32") != dtype:
         raise LabError(f"the tree in {path} was tuned with the target in {tuned.get('dtype', 'float32')}, not {dtype}: "
-                       f"run `python -m lab tune tree --dtype {dtype}` or pass --eagle-tree depth,top-k,total")
+                       f"run `{_tune_command(head, kind, dtype)}` or pass --eagle-tree depth,top-k,total")
     return TreeChoice(**tuned["choice"])
 
 
 def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,
-               dtype: str = "float32", head: str = "eagle1", own_vocabulary: bool = False) -> TreeChoice:
+               dtype: str = "float32", head: str = "eagle1", kind: str | None = None) -> TreeChoice:
     """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
-    tuning; an EAGLE-3 head, `own_vocabulary`, over its own), with the tuner's predictions for
-    it where the tuning measured that tree with the target in the same dtype (another dtype has
-    another T(n), so no prediction). `head` names the head file whose tuning applies."""
+    tuning; an EAGLE-3 head over its own), with the tuner's predictions for it where the
+    tuning measured that tree with the target in the same dtype (another dtype has another
+    T(n), so no prediction). `head` names the head file whose tuning applies, `kind` (eagle1 or
+    eagle3) what it is: by default the same as `head`."""
     path = path or choice_path(dtype, head)
     if not path.exists():
-        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=0 if own_vocabulary else 8192)
+        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=0 if (kind or head) == "eagle3" else 8192)
     tuned = json.loads(path.read_text())
     if tuned.get("dtype", "float32") != dtype:
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])

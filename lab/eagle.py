@@ -155,6 +155,17 @@ def head_manifest(variant: str = "eagle1") -> dict:
     return json.loads(path.read_text())
 
 
+def rank_accuracy_of(manifest: dict) -> list[float]:
+    """Per-rank depth-1 accuracy from a head's manifest (EAGLE-1 or EAGLE-3): its training's
+    held-out figures, or those `python -m lab evaluate` added (a head trained where the
+    datasets were absent evaluated none)."""
+    figures = manifest if "rank_accuracy" in manifest else manifest.get("evaluation", {})
+    if "rank_accuracy" not in figures:
+        raise LabError(f"{manifest['artifact']} has no held-out figures: run `python -m lab evaluate "
+                       f"{Path(manifest['artifact']).stem} --prompts 64`")
+    return figures["rank_accuracy"]
+
+
 def training_budget(manifest: dict) -> dict:
     """What a head cost in all: CPU (and GPU) minutes and steps summed over its warm-start chain
     (a head trained with `--init` continues another head), and the training tokens of its last

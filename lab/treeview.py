@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -349,14 +350,16 @@ def cycle_svg(record: CycleRecord, tokenizer, expanded: set[int] | frozenset = f
 
 def text_pieces(tokenizer, tokens: list[int]) -> list[str]:
     """Each token's share of the decoded text. A token that ends inside a multi-byte character
-    gets nothing; the token that completes the character gets all of it."""
+    gets nothing; the token that completes the character gets all of it. Where decoding one
+    more token rewrites the end of the text (a tokenizer's clean-up), the token gets what
+    follows the part that stayed, and the text shown so far follows the new decoding."""
     pieces, shown = [], ""
     for i in range(len(tokens)):
         text = tokenizer.decode(tokens[: i + 1])
-        if text.endswith("\ufffd") or not text.startswith(shown):
+        if text.endswith("\ufffd"):
             pieces.append("")
             continue
-        pieces.append(text[len(shown):])
+        pieces.append(text[len(os.path.commonprefix([shown, text])):])
         shown = text
     return pieces
 

@@ -1,7 +1,9 @@
 """The inspector in a real browser: JupyterLab on 127.0.0.1 with a token, Debian's chromium
 driven headless by Playwright, tests/browser/inspector.ipynb run in the page. The tree's nodes
 and accepted path must be drawn, and moving the cycle slider, changing the method and clicking
-a node must redraw them. Screenshots go to figures/inspector_*.png.
+a node must redraw them. Screenshots go to the test's temporary folder; with LAB_SCREENSHOTS=1
+(on an idle machine: the pictures show tokens per second) they replace figures/inspector_*.png,
+the ones the README shows.
 
 Without chromium (`make setup-browser` installs it) or playwright (a dependency in
 pyproject.toml) the test is skipped and says why."""
@@ -119,10 +121,11 @@ def _run_the_code_cell(page) -> None:
     raise AssertionError(f"the kernel never took the cell in {RUN_TRIES} tries")
 
 
-def test_the_inspector_draws_and_redraws_in_jupyterlab(jupyterlab):
+def test_the_inspector_draws_and_redraws_in_jupyterlab(jupyterlab, tmp_path):
     chromium = _chromium_or_skip()
     url, token, jupyterlab_log = jupyterlab
-    FIGURES_DIR.mkdir(exist_ok=True)
+    shots = FIGURES_DIR if os.environ.get("LAB_SCREENSHOTS") == "1" else tmp_path
+    shots.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
@@ -141,9 +144,9 @@ def test_the_inspector_draws_and_redraws_in_jupyterlab(jupyterlab):
             assert page.locator(f"{TREE} svg g.node").count() >= 2
             assert page.locator(f"{TREE} svg path.edge.path").count() >= 1
             assert page.locator(f"{TREE} svg g.node.root").count() == 1
-            assert "eagle2" in page.inner_text(".lab-inspector") and "τ = " in page.inner_text(".lab-text")
+            assert "eagle2 at temperature" in page.inner_text(".lab-inspector") and "τ = " in page.inner_text(".lab-text")
             inspector = page.locator(".lab-inspector")
-            inspector.screenshot(path=FIGURES_DIR / "inspector_eagle2.png")
+            inspector.screenshot(path=shots / "inspector_eagle2.png")
 
             # the slider, moved from the keyboard, shows the next cycle
             before = _tree_markup(page)
@@ -159,7 +162,7 @@ def test_the_inspector_draws_and_redraws_in_jupyterlab(jupyterlab):
             page.wait_for_function("() => document.querySelector('.lab-details').innerText.includes('root')",
                                    timeout=DECODE_S * 1000)
             _wait_for_redraw(page, before)  # the selected node gets a ring
-            inspector.screenshot(path=FIGURES_DIR / "inspector_cycle.png")
+            inspector.screenshot(path=shots / "inspector_cycle.png")
 
             # another method decodes again and redraws from cycle 1
             before = _tree_markup(page)
@@ -170,6 +173,6 @@ def test_the_inspector_draws_and_redraws_in_jupyterlab(jupyterlab):
             assert "cycle 1 of" in page.inner_text(".lab-inspector")
             assert page.locator(f"{TREE} svg g.node").count() >= 2
             assert page.locator(f"{TREE} svg path.edge.path").count() >= 1
-            inspector.screenshot(path=FIGURES_DIR / "inspector_sd.png")
+            inspector.screenshot(path=shots / "inspector_sd.png")
         finally:
             browser.close()

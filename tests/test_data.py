@@ -4,7 +4,13 @@ import json
 import numpy as np
 import pytest
 
-from lab.data import humaneval, load_prompts, mt_bench, prompts_file, sharegpt_conversations
+from lab.data import (
+    humaneval,
+    load_prompts,
+    mt_bench,
+    prompts_file,
+    sharegpt_conversations,
+)
 from lab.errors import LabError
 from lab.models import wheel_file
 
@@ -69,12 +75,17 @@ def test_unique_heldout_leaves_out_prompts_sharegpt_repeats():
     assert all(prompt[i] in repeated_prompts() for i in set(heldout) - set(unique))
 
 
-def test_sharegpt_replies_are_new_prompts_with_their_own_replies(monkeypatch):
+def test_sharegpt_replies_are_new_prompts_with_their_own_replies(monkeypatch, tmp_path):
+    import lab.train.regen as regen_module
     from lab.models import load_tokenizer
     from lab.train.regen import MAX_NEW_TOKENS, load_regen, sharegpt_replies
+    monkeypatch.setattr(regen_module, "CACHE_DIR", tmp_path)  # built here, not read from a cache
     regen = load_regen()
     used = {tuple(ids[:p]) for split in ("train", "heldout") for ids, p in regen.sequences(split)}
     replies = sharegpt_replies(3000)
+    cached = sharegpt_replies(3000)  # the second call reads what the first wrote
+    assert list(tmp_path.glob("regen/sharegpt_replies_3000_*.npz"))
+    assert all((getattr(replies, f) == getattr(cached, f)).all() for f in ("tokens", "offsets", "prompt_lens", "split"))
     assert replies.split.tolist() == [1] * len(replies.split)
     originals = [c["conversations"][1]["value"].strip() for c in sharegpt_conversations()
                  if len(c.get("conversations") or []) > 1]
@@ -88,7 +99,6 @@ def test_sharegpt_replies_are_new_prompts_with_their_own_replies(monkeypatch):
         assert any(o.startswith(head) for o in originals)  # ShareGPT's own words
         reply_tokens += len(reply)
     assert reply_tokens >= 3000
-    import lab.train.regen as regen_module
     monkeypatch.setattr(regen_module, "ordered_prompts", lambda tokenizer: [])  # no prompts left
     with pytest.raises(LabError, match="ask for fewer"):
         sharegpt_replies(1)

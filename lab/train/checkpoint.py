@@ -28,7 +28,7 @@ class Checkpoint:
         when there is no checkpoint."""
         if not self.path.exists():
             return None
-        state = torch.load(self.path, weights_only=False)
+        state = torch.load(self.path, weights_only=False, map_location="cpu")  # a GPU run resumes anywhere
         if not {"shape", "model", "optim", "rng", "progress"} <= set(state):
             raise LabError(f"{self.path} was written by an older version of lab: delete it or drop --resume")
         if state["shape"] != self.shape:

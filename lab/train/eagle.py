@@ -195,7 +195,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     sources = [(data, feats)]
     if replies:
         extra = sharegpt_replies(replies)  # prompts after the full regenerated set, whatever `data` is
-        feature_target = target if reply_feature_dtype == "float32" else load_target(reply_feature_dtype)
+        feature_target = target if reply_feature_dtype == "float32" else load_target(reply_feature_dtype).to(device)
         sources.append((extra, target_features(feature_target, extra, head.feature_layers)))
         del feature_target
     # every training sequence as (source, index, prompt length)

@@ -41,7 +41,14 @@ from ..paths import CACHE_DIR
 from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
-from .eagle import EVAL_DEPTHS, MAX_LEN, ChainTally, FeatureSet, heldout_report, target_features
+from .eagle import (
+    EVAL_DEPTHS,
+    MAX_LEN,
+    ChainTally,
+    FeatureSet,
+    heldout_report,
+    target_features,
+)
 from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies
 
 STEPS = 7
@@ -197,12 +204,17 @@ def evaluate_eagle3(head: Eagle3Head, data: RegenSet, feats: FeatureSet, indices
 
 # ---- training -----------------------------------------------------------------------------
 
-def _distributed() -> tuple[int, int]:
-    """(rank, world size); joins the process group when launched by torchrun."""
+def _distributed(device: str | None) -> tuple[int, int, torch.device]:
+    """(rank, world size, this process's device); joins the process group when launched by
+    torchrun: NCCL for a GPU run, each rank on the GPU its LOCAL_RANK names, gloo on CPUs."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    gpu = (device or "cpu").startswith("cuda")
+    chosen = resolve_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if gpu and world > 1 else device)
+    if chosen.type == "cuda":
+        torch.cuda.set_device(chosen)  # NCCL's collectives and barriers use the current device
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return (dist.get_rank(), world) if world > 1 else (0, 1)
+        dist.init_process_group("nccl" if gpu else "gloo")
+    return (dist.get_rank(), world, chosen) if world > 1 else (0, 1, chosen)
 
 
 def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: float = 1e-3, seed: int = 0,
@@ -224,8 +236,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     `output_init="target"` starts a new head's final norm and LM head from the target's
     (`Eagle3Head.copy_target_output`)."""
     commit = git_commit()
-    rank, world = _distributed()
-    device = resolve_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if device == "cuda" and world > 1 else device)
+    rank, world, device = _distributed(device)
     torch.manual_seed(seed)
     rng = random.Random(seed)
     target = (target if target is not None else load_target()).to(device)
@@ -239,7 +250,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     for s, source in enumerate(sources):
         if rank and world > 1:
             dist.barrier()  # rank 0 builds each cache first; the others then read it
-        model = target if s == 0 or reply_feature_dtype == "float32" else load_target(reply_feature_dtype)
+        model = target if s == 0 or reply_feature_dtype == "float32" else load_target(reply_feature_dtype).to(device)
         feature_sets.append(target_features(model, source, layers, progress=progress and rank == 0))
         if not rank and world > 1:
             dist.barrier()

