@@ -6,6 +6,10 @@ GPU the padding would leave the accelerator idle most of each step, so there the
 batches are padded by worker threads while the current one trains (numpy's copies release
 the interpreter lock). On a CPU that would only take cores from the training step itself,
 so batches are built one at a time, in the loop, exactly as before.
+
+On a GPU the draws run ahead of training, so a checkpoint's random state is that of the last
+batch drawn, not the last one trained: a resumed GPU run starts after the batches that were
+waiting (at most AHEAD_ON_ACCELERATOR of them are never trained on; random draws, so no bias).
 """
 from __future__ import annotations
 
