@@ -62,8 +62,8 @@ def _tree_choice(args: argparse.Namespace, head: str, kind: str):
 def _eagle(args: argparse.Namespace, target):
     """The EAGLE head (--eagle-head), its tree size and the per-rank accuracies of its manifest."""
     from .eagle import head_manifest, head_path, load_head, rank_accuracy_of
-    return (load_head(target, path=head_path(args.eagle_head)), _tree_choice(args, args.eagle_head, "eagle1"),
-            rank_accuracy_of(head_manifest(args.eagle_head)))
+    tree = _tree_choice(args, args.eagle_head, "eagle1")  # a bad --eagle-tree fails before any loading
+    return load_head(target, path=head_path(args.eagle_head)), tree, rank_accuracy_of(head_manifest(args.eagle_head))
 
 
 def _eagle3(args: argparse.Namespace, target):
@@ -71,8 +71,8 @@ def _eagle3(args: argparse.Namespace, target):
     manifest (for the static tree)."""
     from .eagle import rank_accuracy_of
     from .eagle3 import head_manifest, load_head
-    return (load_head(target, args.eagle3_head), _tree_choice(args, args.eagle3_head, "eagle3"),
-            rank_accuracy_of(head_manifest(args.eagle3_head)))
+    tree = _tree_choice(args, args.eagle3_head, "eagle3")
+    return load_head(target, args.eagle3_head), tree, rank_accuracy_of(head_manifest(args.eagle3_head))
 
 
 def _setup_lossy(args: argparse.Namespace, setup, methods: list[str]) -> None:
