@@ -5,7 +5,7 @@ drew it, on which machine and commit, and how long that run takes (a teacher pla
 around it). `python -m lab.figures [NOTEBOOK ...]` runs the given notebooks (default: all) with
 nbclient, writes the executed copies to `.cache/executed/` (never committed), and updates
 `figures/manifest.json`: per notebook the wall seconds, the figures whose files it wrote, the
-command, commit, machine and date. Running one notebook updates its entry only. `python -m
+command, commit, machine and date (the browser test records its screenshots the same way). Running one notebook updates its entry only. `python -m
 lab.results` renders the times into RESULTS.md and the README's notebook map."""
 from __future__ import annotations
 
@@ -48,6 +48,23 @@ def load_manifest() -> dict:
     return json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {"notebooks": {}}
 
 
+def record(section: str, name: str, entry: dict, command: str | None = None) -> dict:
+    """Merge one run's entry (its seconds and the figures it wrote) into figures/manifest.json
+    under `section` ("notebooks", or "screenshots" for the browser test's pictures), with the
+    command, commit, machine and date that make it rerunnable."""
+    manifest = load_manifest()
+    manifest.setdefault(section, {})[name] = {
+        **entry, "command": command or command_line(), "commit": git_commit(), "machine": machine(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_json(MANIFEST, manifest)
+    return manifest
+
+
+def recorded_figures() -> set[str]:
+    """Every figure file some recorded run wrote: the notebooks and the screenshots."""
+    return {f for section in load_manifest().values() for entry in section.values() for f in entry["figures"]}
+
+
 def run(paths: list[Path], timeout: int = 3600) -> dict:
     """Run `paths` in order; after each, merge its entry into figures/manifest.json (written
     atomically, so an interrupted run keeps the notebooks that finished)."""
@@ -61,10 +78,7 @@ def run(paths: list[Path], timeout: int = 3600) -> dict:
     for path in paths:
         print(f"running {repo_path(path)} ...", flush=True)
         entry = run_notebook(path, timeout)
-        manifest["notebooks"][path.stem] = {**entry, "command": command_line(), "commit": git_commit(),
-                                            "machine": machine(),
-                                            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        write_json(MANIFEST, manifest)
+        manifest = record("notebooks", path.stem, entry)
         print(f"  {entry['seconds']:.0f} s, figures: {', '.join(entry['figures']) or 'none'}", flush=True)
     return manifest
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.figures import record
 from lab.paths import FIGURES_DIR
 
 try:
@@ -124,8 +125,10 @@ def _run_the_code_cell(page) -> None:
 def test_the_inspector_draws_and_redraws_in_jupyterlab(jupyterlab, tmp_path):
     chromium = _chromium_or_skip()
     url, token, jupyterlab_log = jupyterlab
-    shots = FIGURES_DIR if os.environ.get("LAB_SCREENSHOTS") == "1" else tmp_path
+    keep = os.environ.get("LAB_SCREENSHOTS") == "1"
+    shots = FIGURES_DIR if keep else tmp_path
     shots.mkdir(exist_ok=True)
+    started = time.perf_counter()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
@@ -176,3 +179,8 @@ def test_the_inspector_draws_and_redraws_in_jupyterlab(jupyterlab, tmp_path):
             inspector.screenshot(path=shots / "inspector_sd.png")
         finally:
             browser.close()
+    if keep:  # the README shows them: record how they were made, like a notebook's figures
+        record("screenshots", "test_browser", {"seconds": round(time.perf_counter() - started, 1),
+                                               "figures": ["inspector_eagle2.png", "inspector_cycle.png",
+                                                           "inspector_sd.png"]},
+               command="LAB_SCREENSHOTS=1 python -m pytest tests/test_browser.py")

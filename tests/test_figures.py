@@ -1,5 +1,6 @@
 """`python -m lab.figures`: a notebook run is timed and the figures it wrote are recorded."""
 import json
+import re
 
 import nbformat
 import pytest
@@ -37,3 +38,14 @@ def test_fast_mode_and_missing_notebooks_are_refused(private_figures, tmp_path, 
     monkeypatch.setenv("LAB_FAST", "1")
     with pytest.raises(LabError, match="LAB_FAST"):
         figures.run([tmp_path / "missing.ipynb"])
+
+
+def test_every_figure_the_readme_shows_was_made_by_a_recorded_run():
+    """A figure in the README is one somebody can remake: a notebook run or the browser test's
+    screenshots recorded in figures/manifest.json, or a benchmark whose JSON names it."""
+    from lab.paths import ROOT
+    from lab.results import bench_files
+    shown = set(re.findall(r"figures/([\w.-]+\.png)", (ROOT / "README.md").read_text()))
+    benches = {json.loads(p.read_text())["config"].get("figure") for p in bench_files()}
+    made = figures.recorded_figures() | {f.removeprefix("figures/") for f in benches if f}
+    assert shown and shown <= made, f"not made by any recorded run: {sorted(shown - made)}"
