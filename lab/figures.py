@@ -5,8 +5,9 @@ drew it, on which machine and commit, and how long that run takes (a teacher pla
 around it). `python -m lab.figures [NOTEBOOK ...]` runs the given notebooks (default: all) with
 nbclient, writes the executed copies to `.cache/executed/` (never committed), and updates
 `figures/manifest.json`: per notebook the wall seconds, the figures whose files it wrote, the
-command, commit, machine and date (the browser test records its screenshots the same way). Running one notebook updates its entry only. `python -m
-lab.results` renders the times into RESULTS.md and the README's notebook map."""
+command, commit, machine and date (the browser test records its screenshots the same way).
+Running one notebook updates its entry only. `python -m lab.results` renders the times into
+RESULTS.md and the README's notebook map."""
 from __future__ import annotations
 
 import argparse

@@ -156,13 +156,14 @@ class DraftTreeInspector(widgets.VBox):
         dtype = dtype_name(setup.target.dtype)
         if method == "eagle3":
             if setup.head3 is None:
+                from .eagle import rank_accuracy_of
                 from .eagle3 import head_manifest, load_head
-                setup.head3, setup.rank_accuracy3 = load_head(setup.target), head_manifest()["rank_accuracy"]
+                setup.head3, setup.rank_accuracy3 = load_head(setup.target), rank_accuracy_of(head_manifest())
             setup.eagle3_tree = given_tree(depth, top_k, total, dtype=dtype, head="eagle3")
         else:
             if setup.head is None:
-                from .eagle import head_manifest, load_head
-                setup.head, setup.rank_accuracy = load_head(setup.target), head_manifest()["rank_accuracy"]
+                from .eagle import head_manifest, load_head, rank_accuracy_of
+                setup.head, setup.rank_accuracy = load_head(setup.target), rank_accuracy_of(head_manifest())
             setup.eagle_tree = given_tree(depth, top_k, total, dtype=dtype)
         return setup.eagle_drafter(method)
 

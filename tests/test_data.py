@@ -4,13 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from lab.data import (
-    humaneval,
-    load_prompts,
-    mt_bench,
-    prompts_file,
-    sharegpt_conversations,
-)
+from lab.data import humaneval, load_prompts, mt_bench, prompts_file, sharegpt_conversations
 from lab.errors import LabError
 from lab.models import wheel_file
 

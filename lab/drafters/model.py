@@ -31,9 +31,7 @@ class ModelDraft:
     def __init__(self, model):
         self.engine = engine_for(model)
         self.cached: list[int] = []
-        # the draft's probability of each token of the last proposal: q(x) when sampling, its
-        # softmax (temperature 1) when greedy, where q is one-hot; lab.treeview shows them
-        self.confidences: list[float] = []
+        self._proposal: tuple[list[torch.Tensor], list[int], bool] = ([], [], True)  # rows, drafts, greedy
 
     def begin(self, prompt: list[int]) -> None:
         self.engine.reset()
@@ -51,21 +49,29 @@ class ModelDraft:
         return logits
 
     def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream):
-        drafts, qs, seq = [], [], list(context)
-        self.confidences = []
+        drafts, qs, rows, seq = [], [], [], list(context)
         for _ in range(k):
             logits = self._feed(seq)
             if s.greedy:  # one-hot drafts: the argmax is all verification needs
                 x = int(logits.argmax())
-                self.confidences.append(float(torch.softmax(logits.float(), -1)[x]))
+                rows.append(logits)
             else:
                 q = probabilities(logits, s)
                 x = race(q, rng.exponential(q.shape[-1]))
                 qs.append(q)
-                self.confidences.append(float(q[x]))
+                rows.append(q)
             drafts.append(x)
             seq.append(x)
+        self._proposal = (rows, drafts, s.greedy)
         return drafts, (torch.stack(qs) if qs else None)
+
+    @property
+    def confidences(self) -> list[float]:
+        """The draft's probability of each token of the last proposal: q(x) when sampling, its
+        softmax at temperature 1 when greedy (where q is one-hot). Computed when asked
+        (lab.treeview shows them), so decoding does not pay for it."""
+        rows, drafts, greedy = self._proposal
+        return [float((torch.softmax(row.float(), -1) if greedy else row)[x]) for row, x in zip(rows, drafts)]
 
     def commit(self, context: list[int], features: torch.Tensor | None = None) -> None:
         pass  # the next propose() crops the cache to the common prefix with the new context

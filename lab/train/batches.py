@@ -19,12 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from ..errors import LabError
+
 AHEAD_ON_ACCELERATOR = 6  # batches padded in advance on a GPU
 
 
 def resolve_device(device: str | None) -> torch.device:
     """The training device: `cpu`, `cuda` (or `cuda:N`); one line if a GPU is asked for and absent."""
-    from ..errors import LabError
     chosen = torch.device(device or "cpu")
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise LabError("--device cuda was given but torch sees no GPU: train with --device cpu")

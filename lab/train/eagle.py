@@ -235,7 +235,8 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     bar.close()
     stream.close()
     head.eval()
-    head.cpu(), target.cpu()  # the evaluation below, and every user of the head, run on the CPU
+    head.cpu()  # the evaluation below, and every user of the head, run on the CPU
+    target.cpu()
     save_head(head, out)
     report = heldout_report(head, data, feats, heldout)
     regen_manifest = REGEN_DIR / "manifest.json"

@@ -41,14 +41,7 @@ from ..paths import CACHE_DIR
 from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
-from .eagle import (
-    EVAL_DEPTHS,
-    MAX_LEN,
-    ChainTally,
-    FeatureSet,
-    heldout_report,
-    target_features,
-)
+from .eagle import EVAL_DEPTHS, MAX_LEN, ChainTally, FeatureSet, heldout_report, target_features
 from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies
 
 STEPS = 7
@@ -317,7 +310,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     bar.close()
     stream.close()
     head.eval()
-    head.cpu(), target.cpu()  # the evaluation below, and every user of the head, run on the CPU
+    head.cpu()  # the evaluation below, and every user of the head, run on the CPU
+    target.cpu()
     if rank == 0:
         save_head(head, out)
         settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,

@@ -24,14 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..artifacts import (
-    atomic_write,
-    command_line,
-    git_commit,
-    machine,
-    repo_path,
-    write_json,
-)
+from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
 from ..data import chat_ids, humaneval, mt_bench, sharegpt_first_turns
 from ..errors import LabError
 from ..models import load_target, load_tokenizer
@@ -260,7 +253,6 @@ def sharegpt_replies(tokens: int) -> RegenSet:
         with np.load(cache) as z:
             return RegenSet(z["tokens"], z["offsets"], z["prompt_lens"], z["split"])
     replies = _collect_sharegpt_replies(tokens, regen)
-    cache.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(cache, lambda tmp: np.savez(open(tmp, "wb"), tokens=replies.tokens, offsets=replies.offsets,
                                              prompt_lens=replies.prompt_lens, split=replies.split))
     return replies
