@@ -121,14 +121,19 @@ drafts: setup
 
 # the shipped EAGLE head: 30 CPU-minutes on the regenerated set, then 45 more from there with
 # 400k tokens of ShareGPT's own replies added (their features take about 17 minutes first);
-# and notebook 04's three equal-budget variants (5 each)
+# notebook 06's 5-minute baseline; and notebook 04's three variants on greedy and on sampled
+# (T = 1) answers to the same first 640 training prompts, 300 steps each (about 35 minutes
+# for the sampled answers, 5 for their features, 5 per head)
+NB04_STEPS := --max-steps 300 --train-prompts 640
 eagle-heads: setup
 	$(PY) -m lab train eagle1 --minutes 30
 	$(PY) -m lab train eagle1 --init eagle1 --replies 400000 --minutes 45 --lr 5e-4
 	$(PY) -m lab train eagle1 --init eagle1 --replies 980000 --reply-feature-dtype bfloat16 --minutes 40 --lr 5e-4
 	$(PY) -m lab train eagle1 --variant eagle1 --name eagle1-short --minutes 5
-	$(PY) -m lab train eagle1 --variant no-token --minutes 5
-	$(PY) -m lab train eagle1 --variant token-only --minutes 5
+	$(PY) -m lab data build --sampled
+	for v in eagle1 no-token token-only; do \
+	  $(PY) -m lab train eagle1 --variant $$v --name $$v-greedy $(NB04_STEPS) || exit 1; \
+	  $(PY) -m lab train eagle1 --variant $$v --name $$v-sampled --sampled $(NB04_STEPS) || exit 1; done
 
 # RESULTS.md from the JSON files under data/ (after any benchmark, training or tuning run)
 results: setup

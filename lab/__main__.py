@@ -188,7 +188,7 @@ def _generate(args: argparse.Namespace) -> None:
 
 def _data(args: argparse.Namespace) -> None:
     from .train.regen import DEFAULT_TOKENS, build
-    print(build(tokens=args.tokens or DEFAULT_TOKENS))
+    print(build(tokens=args.tokens or DEFAULT_TOKENS, sampled=args.sampled))
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -216,7 +216,8 @@ def _train(args: argparse.Namespace) -> None:
         print(train_head(args.variant, args.minutes or 30.0, batch=args.batch, lr=args.lr or 1e-3,
                          resume=args.resume, out=head_path(args.name or args.variant), replies=args.replies,
                          init=head_path(args.init) if args.init else None, device=args.device,
-                         eval_prompts=args.eval_prompts, reply_feature_dtype=args.reply_feature_dtype))
+                         eval_prompts=args.eval_prompts, reply_feature_dtype=args.reply_feature_dtype,
+                         max_steps=args.max_steps, sampled=args.sampled, train_prompts=args.train_prompts))
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -296,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("action", choices=["build"])
     data.add_argument("--tokens", type=int, default=None,
                       help="training response tokens to reach (default 100000, about 20 minutes on 2 cores)")
+    data.add_argument("--sampled", action="store_true",
+                      help="answers sampled at temperature 1 (data/regen/sharegpt_smollm2_t1.npz) instead of greedy")
     data.set_defaults(run=_data)
 
     train = sub.add_parser("train", help="distil a draft model or train an EAGLE head from the target "
@@ -326,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
                        help="eagle3: a new head's final norm and LM head random (default) or copied from the "
                             "target's (its rows for the draft vocabulary)")
     train.add_argument("--max-steps", type=int, default=None,
-                       help="eagle3: exactly this many steps instead of a time budget (cosine over steps)")
+                       help="eagle1/eagle3: exactly this many steps instead of a time budget (cosine over steps)")
+    train.add_argument("--sampled", action="store_true",
+                       help="eagle1: train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)")
+    train.add_argument("--train-prompts", type=int, default=None,
+                       help="eagle1: train on the first N training prompts only (default: all)")
     train.add_argument("--minutes", type=float, default=None,
                        help="wall-clock budget in minutes (default: 6 for a draft, 30 for EAGLE-1, 60 for EAGLE-3)")
     train.add_argument("--batch", type=int, default=8)

@@ -38,7 +38,7 @@ from ..paths import CACHE_DIR
 from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
-from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, unique_heldout
+from .regen import RegenSet, load_regen, regen_files, sharegpt_replies, unique_heldout
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
 CHUNK = 64             # sequences per feature-cache file
@@ -166,10 +166,14 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
                ce_fraction: float = 0.5, resume: bool = False, out: Path | None = None, target=None,
                data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
                replies: int = 0, init: Path | None = None, reply_feature_dtype: str = "float32",
-               device: str | None = None) -> Path:
-    """Train an EAGLE head for `minutes` of wall time (or `max_steps`) and write it (fp16) with
-    its manifest to `out` (default data/eagle/<variant>.safetensors).
+               device: str | None = None, sampled: bool = False, train_prompts: int | None = None) -> Path:
+    """Train an EAGLE head for `minutes` of wall time (or exactly `max_steps` steps, with the
+    cosine over steps: heads compared at equal steps) and write it (fp16) with its manifest to
+    `out` (default data/eagle/<variant>.safetensors).
 
+    `sampled`: train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)
+    instead of the greedy ones. `train_prompts`: only the first N training prompts of that set
+    (notebook 04 trains on the same prompts with greedy and with sampled answers).
     `replies`: also train on at least this many tokens of ShareGPT's original replies
     (`sharegpt_replies`: more data without generating it); `reply_feature_dtype="bfloat16"`
     computes their features with a bfloat16 copy of the target, much faster on a CPU with
@@ -186,7 +190,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     target = (target if target is not None else load_target()).to(device)
     for param in target.parameters():
         param.requires_grad_(False)
-    data = data if data is not None else load_regen()
+    data = data if data is not None else load_regen(sampled)
     head = (load_head(target, variant, init) if init is not None else EagleHead(target, variant)).to(device)
     init_record = None if init is None else {  # read now: `out` may be `init` and is overwritten
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
@@ -201,6 +205,11 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     # every training sequence as (source, index, prompt length)
     train = [(s, i, int(d.prompt_lens[i])) for s, (d, _) in enumerate(sources)
              for i in range(len(d.split)) if d.split[i] == 1]
+    if train_prompts is not None:
+        own = [t for t in train if t[0] == 0]
+        if train_prompts > len(own):
+            raise LabError(f"--train-prompts {train_prompts}: the set has only {len(own)} training prompts")
+        train = own[:train_prompts] + [t for t in train if t[0] != 0]
     heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:eval_prompts]
     feature_weight = 0.0 if variant == "token-only" else 1.0
     params = [p for p in head.parameters() if p.requires_grad]
@@ -208,7 +217,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     out = out or head_path(variant)
     shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size,
              "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
-             "init": None if init is None else repo_path(init)}  # what a resume must match
+             "init": None if init is None else repo_path(init), "sampled": sampled, "train_prompts": train_prompts}  # what a resume must match
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     progress = ckpt.resume(head, optim, rng) if resume else None
     step, spent, history = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
@@ -216,10 +225,11 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     head.train()
     stream = batches(lambda: [(sources[s][0].ids(i), sources[s][1][i], p)
                               for s, i, p in rng.sample(train, min(batch, len(train)))], _batch, device)
-    bar = tqdm(total=round(budget), initial=round(spent), desc=f"train {variant}", unit="s")
-    while spent < budget and (max_steps is None or step < max_steps):
+    bar = tqdm(total=max_steps or round(budget), initial=step if max_steps else round(spent),
+               desc=f"train {variant}", unit="step" if max_steps else "s")
+    while (step < max_steps) if max_steps else (spent < budget):
         t0 = time.perf_counter()
-        set_lr(optim, lr, step, spent, budget, warmup=50)
+        set_lr(optim, lr, step, *((step, max_steps) if max_steps else (spent, budget)), warmup=50)
         loss, feature, ce = head_loss(head, next(stream), feature_weight, ce_fraction, generator)
         optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -229,7 +239,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
         history.append((round(feature, 4), round(ce, 4)))
         spent += time.perf_counter() - t0
         recent = np.nanmean(history[-20:], axis=0)
-        bar.n = round(spent)
+        bar.n = step if max_steps else round(spent)
         bar.set_postfix(step=step, feature=f"{recent[0]:.3f}", ce=f"{recent[1]:.3f}")
         ckpt.save_if_due(head.own_state, optim, rng, {"step": step, "spent": spent, "history": history})
     bar.close()
@@ -239,7 +249,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     target.cpu()
     save_head(head, out)
     report = heldout_report(head, data, feats, heldout)
-    regen_manifest = REGEN_DIR / "manifest.json"
+    regen_manifest = regen_files(sampled)[1]
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     first, last = np.nanmean(history[:20], axis=0), np.nanmean(history[-20:], axis=0)
     write_json(out.with_suffix(".json"), {
@@ -250,16 +260,18 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
                         "LM head shared and frozen; stored in fp16",
         "objective": {"feature_smooth_l1_weight": feature_weight, "soft_ce_weight": CE_WEIGHT,
                       "ce_fraction_of_positions": ce_fraction, "input_noise": f"uniform(-{NOISE}, {NOISE})"},
-        "data": {"file": regen.get("artifact"), "train_sequences": len(train),
-                 "train_response_tokens": regen.get("train", {}).get("response_tokens"),
+        "data": {"file": regen.get("artifact"), "answers": "sampled at T = 1" if sampled else "greedy",
+                 "train_sequences": len(train), "train_prompts_limit": train_prompts,
+                 "train_response_tokens": sum(int(data.offsets[i + 1] - data.offsets[i]) - p for s, i, p in train if s == 0),
                  "sharegpt_reply_sequences": len(sources[1][0].split) if replies else 0,
                  "sharegpt_reply_tokens": _response_tokens(sources[1][0]) if replies else 0,
                  "sharegpt_reply_feature_dtype": reply_feature_dtype if replies else None,
                  "heldout_prompts_evaluated": len(heldout)},
         "init": init_record,
         "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch, "max_len": MAX_LEN,
-                      "grad_clip": 0.5, "schedule": "50-step warm-up, cosine over the budget"},
-        budget_key(device): minutes,
+                      "grad_clip": 0.5,
+                      "schedule": f"50-step warm-up, cosine over the {'steps' if max_steps else 'wall-clock budget'}"},
+        budget_key(device): round(spent / 60, 2) if max_steps else minutes,
         "device": str(device), "steps": step, "wall_seconds": round(spent, 1), "max_steps": max_steps,
         "loss_first_20": {"feature": round(float(first[0]), 4), "ce": round(float(first[1]), 4)},
         "loss_last_20": {"feature": round(float(last[0]), 4), "ce": round(float(last[1]), 4)},
@@ -346,7 +358,8 @@ def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data
     count = prompts if prompts is not None else manifest["data"]["heldout_prompts_evaluated"]
     if not count:
         raise LabError(f"{path.stem} was trained without a held-out evaluation: give --prompts N (64 is the usual)")
-    heldout = (data if data is not None else load_regen()).subset("heldout", count)
+    sampled = manifest["data"].get("answers") == "sampled at T = 1"
+    heldout = (data if data is not None else load_regen(sampled)).subset("heldout", count)
     indices = list(range(len(heldout.split)))
     if manifest["variant"] == "eagle3":
         from ..eagle3 import load_head as load_eagle3
