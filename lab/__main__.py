@@ -205,7 +205,7 @@ def _train(args: argparse.Namespace) -> None:
         from .train.eagle3 import train_eagle3
         print(train_eagle3(args.minutes or 60.0, steps=args.ttt_steps, batch=args.batch, lr=args.lr or 1e-3,
                            vocab_size=args.draft_vocab, replies=args.replies,
-                           reply_feature_dtype=args.reply_feature_dtype, data_fraction=args.data_fraction,
+                           reply_feature_dtype=args.reply_feature_dtype, train_prompts=args.train_prompts,
                            init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
                            bf16_autocast=not args.fp32, device=args.device, eval_prompts=args.eval_prompts,
                            output_init=args.output_init,
@@ -321,8 +321,6 @@ def main(argv: list[str] | None = None) -> int:
                        help="eagle3: draft vocabulary, the most frequent training tokens (default 8192)")
     train.add_argument("--fp32", action="store_true",
                        help="eagle3: float32 matrix products (default: bfloat16 autocast, fp32 weights)")
-    train.add_argument("--data-fraction", type=float, default=1.0,
-                       help="eagle3: train on this first fraction of the training sequences (default 1)")
     train.add_argument("--taps", default="fused", choices=["fused", "top"],
                        help="eagle3: the target's layers 2, N/2, N-3 fused (default), or its top feature only")
     train.add_argument("--output-init", default="random", choices=["random", "target"],
@@ -333,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--sampled", action="store_true",
                        help="eagle1: train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)")
     train.add_argument("--train-prompts", type=int, default=None,
-                       help="eagle1: train on the first N training prompts only (default: all)")
+                       help="eagle1/eagle3: train on the first N regenerated training prompts only (default: all)")
     train.add_argument("--minutes", type=float, default=None,
                        help="wall-clock budget in minutes (default: 6 for a draft, 30 for EAGLE-1, 60 for EAGLE-3)")
     train.add_argument("--batch", type=int, default=8)

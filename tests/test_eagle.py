@@ -333,3 +333,19 @@ def test_chain_tally_n_alpha_is_a_conditional_frequency():
     assert report["heldout_n_alpha"] == [0.5, 1.0]
     chain = report["heldout_chain_acceptance_by_depth"]
     assert chain[1] / chain[0] > 1  # the old formula leaves [0, 1] on the same tally
+
+
+def test_train_prompts_keeps_the_first_prompts_and_max_steps_sets_the_schedule(tiny, tmp_path):
+    import json
+
+    from lab.train.regen import training_items
+    data = small_set(12, 2)
+    assert [i for _, i, _ in training_items([data], 3)] == [2, 3, 4]
+    with pytest.raises(LabError, match="choose 1 to 10"):
+        training_items([data], 11)
+    out = tmp_path / "head.safetensors"
+    train_head("no-token", 5.0, target=tiny, data=data, max_steps=3, out=out, eval_prompts=1, train_prompts=3)
+    manifest = json.loads(out.with_suffix(".json").read_text())
+    assert manifest["data"]["train_sequences"] == 3 and manifest["data"]["train_prompts_limit"] == 3
+    assert manifest["steps"] == 3 and manifest["optimiser"]["schedule"].endswith("cosine over the steps")
+    assert manifest["cpu_budget_minutes"] < 5.0  # the minutes it took, not the unused time budget

@@ -38,7 +38,7 @@ from ..paths import CACHE_DIR
 from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
-from .regen import RegenSet, load_regen, regen_files, sharegpt_replies, unique_heldout
+from .regen import RegenSet, load_regen, regen_files, sharegpt_replies, training_items, unique_heldout
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
 CHUNK = 64             # sequences per feature-cache file
@@ -203,13 +203,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
         sources.append((extra, target_features(feature_target, extra, head.feature_layers)))
         del feature_target
     # every training sequence as (source, index, prompt length)
-    train = [(s, i, int(d.prompt_lens[i])) for s, (d, _) in enumerate(sources)
-             for i in range(len(d.split)) if d.split[i] == 1]
-    if train_prompts is not None:
-        own = [t for t in train if t[0] == 0]
-        if train_prompts > len(own):
-            raise LabError(f"--train-prompts {train_prompts}: the set has only {len(own)} training prompts")
-        train = own[:train_prompts] + [t for t in train if t[0] != 0]
+    train = training_items([d for d, _ in sources], train_prompts)
     heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:eval_prompts]
     feature_weight = 0.0 if variant == "token-only" else 1.0
     params = [p for p in head.parameters() if p.requires_grad]

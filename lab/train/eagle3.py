@@ -42,7 +42,7 @@ from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
 from .eagle import EVAL_DEPTHS, MAX_LEN, ChainTally, FeatureSet, heldout_report, target_features
-from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies
+from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
 
 STEPS = 7
 STEP_DECAY = 0.8
@@ -214,13 +214,13 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
                  vocab_size: int = DRAFT_VOCAB, replies: int = 0, reply_feature_dtype: str = "float32",
                  init: Path | None = None, resume: bool = False, out: Path | None = None, target=None,
                  data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
-                 data_fraction: float = 1.0, taps: str = "fused", bf16_autocast: bool = True,
+                 train_prompts: int | None = None, taps: str = "fused", bf16_autocast: bool = True,
                  progress: bool = True, device: str | None = None, output_init: str = "random") -> Path:
     """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
     cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
     data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
-    replies as in `train eagle1`; `data_fraction` trains on the first fraction of the training
-    sequences (the data-scaling runs); `taps="top"` feeds only the top feature (an ablation);
+    replies as in `train eagle1`; `train_prompts` trains on the first N regenerated training
+    prompts only (the data-scaling runs); `taps="top"` feeds only the top feature (an ablation);
     `init` continues a trained head (same vocabulary and taps). `bf16_autocast` runs the
     matrix products in bfloat16 (fp32 weights and optimiser), faster on CPUs with bfloat16
     support. `device="cuda"` computes the features and trains on a GPU (each rank on its own
@@ -260,8 +260,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     init_record = None if init is None else {
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
         if init.with_suffix(".json").exists() else None}
-    train = [(s, i, int(d.prompt_lens[i])) for s, d in enumerate(sources) for i in range(len(d.split)) if d.split[i] == 1]
-    train = train[: max(1, round(len(train) * data_fraction))] if data_fraction < 1 else train
+    train = training_items(sources, train_prompts)
     heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:eval_prompts]
     params = [p for p in head.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -271,7 +270,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     taps = head.taps
     shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": taps,
              "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
-             "data_fraction": data_fraction, "init": None if init is None else repo_path(init), "world": world,
+             "train_prompts": train_prompts, "init": None if init is None else repo_path(init), "world": world,
              "output_init": output_init}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     state = ckpt.resume(head, optim, rng) if resume else None
@@ -316,7 +315,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         save_head(head, out)
         settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,
                     "bf16_autocast": bf16_autocast, "device": str(device), "output_init": output_init,
-                    "data_fraction": data_fraction, "world": world, "reply_feature_dtype": reply_feature_dtype}
+                    "train_prompts": train_prompts, "world": world, "reply_feature_dtype": reply_feature_dtype}
         write_json(out.with_suffix(".json"), _manifest(head, out, commit, data, sources, feature_sets, train, heldout,
                                                        init_record, extract_seconds, history, step, spent, settings))
         ckpt.finish()
@@ -351,7 +350,7 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                       "output_init": "final norm and LM head from the target's" if settings["output_init"] == "target"
                       else "random" if init_record is None else "continued"},
         "data": {"file": regen.get("artifact"), "train_sequences": len(train), "train_response_tokens": response_tokens,
-                 "data_fraction": settings["data_fraction"],
+                 "train_prompts_limit": settings["train_prompts"],
                  "sharegpt_reply_sequences": len(sources[1].split) if len(sources) > 1 else 0,
                  "sharegpt_reply_feature_dtype": settings["reply_feature_dtype"] if len(sources) > 1 else None,
                  "heldout_prompts_evaluated": len(heldout)},

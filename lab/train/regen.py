@@ -222,6 +222,19 @@ class RegenSet:
         return RegenSet(np.concatenate(seqs), offsets, self.prompt_lens[keep], self.split[keep])
 
 
+def training_items(sets: list[RegenSet], prompts: int | None = None) -> list[tuple[int, int, int]]:
+    """(set, sequence, prompt length) of every training sequence of `sets`. With `prompts`, only
+    the first that many of the first set (the regenerated answers: the data-scaling and
+    greedy-against-sampled runs), and all of the others (ShareGPT's replies)."""
+    items = [(s, i, int(d.prompt_lens[i])) for s, d in enumerate(sets) for i in range(len(d.split)) if d.split[i] == 1]
+    if prompts is None:
+        return items
+    own = [item for item in items if item[0] == 0]
+    if not 0 < prompts <= len(own):
+        raise LabError(f"--train-prompts {prompts}: choose 1 to {len(own)}, the training prompts this set has")
+    return own[:prompts] + [item for item in items if item[0] != 0]
+
+
 @functools.lru_cache(maxsize=1)
 def repeated_prompts() -> frozenset[tuple[int, ...]]:
     """Input ids of every ShareGPT first turn whose text occurs more than once. Only the
