@@ -154,11 +154,10 @@ eagle3-heads: setup
 	$(PY) -m lab train eagle3 --name eagle3-s3 --ttt-steps 3 --minutes 5
 	$(PY) -m lab train eagle3 --name eagle3-v16k --draft-vocab 16384 --minutes 5
 	$(PY) -m lab evaluate eagle3
-	$(MAKE) scaling-heads
 
-# notebook 06's data scaling: EAGLE-1 and EAGLE-3 heads on the first 1/8, 1/4 and 1/2 of the
-# 1,472 regenerated training prompts, 5 CPU-minutes each like eagle1-short and eagle3-short,
-# which trained on all of them (about 40 minutes with their evaluations)
+# for notebook 06's data scaling (its section comes with the heads): EAGLE-1 and EAGLE-3 heads
+# on the first 1/8, 1/4 and 1/2 of the 1,472 regenerated training prompts, 5 CPU-minutes each
+# like eagle1-short and eagle3-short, which trained on all of them (about 40 minutes in all)
 scaling-heads: setup
 	for part in 8:184 4:368 2:736; do n=$${part#*:}; name=data1of$${part%:*}; \
 	  $(PY) -m lab train eagle1 --name eagle1-$$name --train-prompts $$n --minutes 5 || exit 1; \
