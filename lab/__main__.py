@@ -1,4 +1,4 @@
-"""Command line: `python -m lab {bench,generate,data,train,evaluate,export,tune} ...` (see --help of each)."""
+"""Command line: `python -m lab {bench,endtoend,generate,data,train,evaluate,export,tune} ...` (see --help of each)."""
 from __future__ import annotations
 
 import argparse
@@ -113,14 +113,10 @@ def _load(args: argparse.Namespace, need_draft: bool):
     return target, draft, tokenizer, Sampling(args.temperature, args.top_k, args.top_p)
 
 
-def _bench(args: argparse.Namespace) -> None:
-    from .bench import METHODS, Setup, format_table, run_bench, verification_line
-    from .data import load_prompts, prompts_file
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
-    prompts = prompts_file(args.prompts, args.limit) if args.prompts else load_prompts(args.dataset, args.limit)
+def bench_setup(args: argparse.Namespace, methods: list[str]):
+    """The models and settings `bench` runs `methods` with, from its parsed options (`lab.endtoend`
+    loads them once this way and runs several datasets and temperatures on them)."""
+    from .bench import Setup
     os.environ["LAB_ENGINE"] = args.engine  # read by lab.engine.engine_for, wherever a forward is made
     target, draft, tokenizer, sampling = _load(args, need_draft=any(m in ("sd", "sd-tree", "hf-assisted", "judge", "topk")
                                                                     for m in methods))
@@ -128,6 +124,18 @@ def _bench(args: argparse.Namespace) -> None:
                   args.tree)
     _setup_eagle(args, setup, methods)
     _setup_lossy(args, setup, methods)
+    return setup
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from .bench import METHODS, format_table, run_bench, verification_line
+    from .data import load_prompts, prompts_file
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+    prompts = prompts_file(args.prompts, args.limit) if args.prompts else load_prompts(args.dataset, args.limit)
+    setup = bench_setup(args, methods)
     config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
     if args.profile:
         from .bench import profiled
@@ -266,13 +274,21 @@ def _export(args: argparse.Namespace) -> None:
     print(f"{args.name} written to {out} (config.json, model.safetensors) in the EAGLE-3 layout vLLM and SGLang load")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _endtoend(args: argparse.Namespace) -> None:
+    from .endtoend import format_end_to_end, prepare, run_end_to_end
+    args, setup = prepare(args.argv)
+    result = run_end_to_end(args, setup)
+    print(format_end_to_end(result))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line (`lab.endtoend` parses its arguments with it too)."""
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="compare decoding methods on a dataset; prints a table")
     bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,eagle1,eagle2,eagle3,eagle3-static,hf,hf-assisted,hf-pld,llamacpp")
-    bench.add_argument("--dataset", default="mt_bench", help="mt_bench, humaneval or sharegpt")
+    bench.add_argument("--dataset", default="mt_bench", help="mt_bench, humaneval, sharegpt or sharegpt_heldout (the regenerated set's held-out prompts)")
     bench.add_argument("--prompts", default=None, help="JSONL file with one {\"prompt\": ...} per line")
     bench.add_argument("--limit", type=int, default=10)
     bench.add_argument("--json", default=None, help="write the full results here")
@@ -371,7 +387,25 @@ def main(argv: list[str] | None = None) -> int:
                       help="the target's dtype to tune for (each has its own choice file; default float32)")
     tune.set_defaults(run=_tune)
 
+    endtoend = sub.add_parser("endtoend", help="bench on several datasets and temperatures into one JSON that a "
+                                                "rerun resumes (notebook 08)")
+    endtoend.add_argument("--methods", default="ar,hf,hf-assisted,hf-pld,sd,eagle1,eagle2,eagle3,judge",
+                          help="comma-separated, as for bench (a lossy rule runs at temperature 0 only)")
+    endtoend.add_argument("--settings", default="mt_bench:0,humaneval:0,sharegpt_heldout:0,mt_bench:1,humaneval:1,"
+                                                "sharegpt_heldout:1", help="dataset:temperature pairs, comma-separated")
+    endtoend.add_argument("--limit", type=int, default=5, help="prompts per setting (default 5)")
+    endtoend.add_argument("--json", default=None,
+                          help="results file (default data/results/end_to_end.json; with LAB_FAST=1 under .cache)")
+    endtoend.add_argument("--engine", choices=["auto", "transformers"], default="auto", help="as for bench")
+    _add_sampling(endtoend)
+    endtoend.set_defaults(run=_endtoend)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args.run(args)
     except LabError as err:

@@ -270,7 +270,10 @@ def _pass_at_1(rows: list[tuple[Prompt, DecodeResult]], problems: dict[str, dict
 
 
 def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: dict,
-              draft_layers: int, json_path: str | Path | None = None, progress: bool = True) -> dict:
+              draft_layers: int, json_path: str | Path | None = None, progress: bool = True,
+              on_prompt: Callable[[int, Prompt], None] | None = None) -> dict:
+    """Every method on every prompt; `progress` prints a line per prompt, `on_prompt(i, prompt)`
+    is called after each instead or as well (lab.endtoend moves a progress bar with it)."""
     if not prompts:
         raise LabError("no prompts to benchmark: check --dataset/--limit or the --prompts file")
     runners = {m: make_runner(setup, m) for m in methods}
@@ -283,6 +286,8 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
             rows[m].append((prompt, runners[m](ids, i, setup.max_new_tokens)))
         if progress:
             print(f"[bench] prompt {i + 1}/{len(prompts)} ({prompt.id}) done", flush=True)
+        if on_prompt:
+            on_prompt(i, prompt)
     ar_rows = {p.id: r for p, r in rows["ar"]} if "ar" in rows else None
     result = {"machine": machine(), "commit": git_commit(), "command": command_line(),
               "config": {**config, "engine": engine_kind(setup.target), "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},

@@ -148,6 +148,29 @@ def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
     }
 
 
+def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tree: tuple[int, int, int],
+                prompts=None, max_new_tokens: int = 128, positions: int = 160, seed: int = 0) -> dict[str, float]:
+    """tau of each head's dynamic tree of shape `tree` (depth, top-k, total tokens), counted
+    offline as `tune` counts it: on the target's greedy continuations of `prompts` (default:
+    the tuning prompts, MT-Bench 10-29), at the same `positions` root positions for every head,
+    so heads of either kind are compared on identical text. The continuations are decoded once,
+    with every layer any head reads."""
+    prompts = mt_bench()[10:30] if prompts is None else prompts
+    layers = sorted({layer for head in heads.values() for layer in head.feature_layers})
+    seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, tuple(layers))
+    picks = draft_positions(seqs, positions, seed)
+    width = target.config.hidden_size
+    depth, top_k, total = tree
+    out = {}
+    for name, head in heads.items():
+        # this head's layers, in its own order, out of the concatenation of all of them
+        columns = torch.cat([torch.arange(width) + layers.index(layer) * width for layer in head.feature_layers])
+        own = [Continuation(c.ids, c.prompt_len, c.features[:, columns], c.seconds) for c in seqs]
+        rows = measure_trees(head, own, picks, depths=(depth,), top_ks=(top_k,), sizes=(total,))["dynamic"]
+        out[name] = rows[0]["tau"]
+    return out
+
+
 def node_outcomes(head: EagleHead | Eagle3Head, seqs: list[Continuation], positions: list[tuple[int, int]], depth: int,
                   top_k: int, total_tokens: int, vocab: torch.Tensor | None = None) -> list[dict]:
     """Every drafted node of a dynamic tree at each position, checked greedily against the known
@@ -345,3 +368,33 @@ def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = No
         return round(rows[0][key], 4) if rows else None
     return TreeChoice(depth, top_k, total_tokens, pick(same, "tau"), pick(same, "predicted_speedup"),
                       pick(static, "tau"), pick(static, "predicted_speedup"), tuned["choice"]["draft_vocab"])
+
+
+def batch_speedups(tau: float, latency: dict[tuple[int, int], float], n: int, draft_seconds: float,
+                   draft_scaling: str = "batched") -> dict[int, float]:
+    """Predicted speed-up of speculative decoding over AR when `batch` sequences are decoded
+    together, per batch size: tau * T(b, 1) / (T(b, n) + draft(b)), with T(b, k) measured
+    (`lab.measure.batch_forward_latency`), tau assumed not to depend on the batch (each
+    sequence drafts and verifies its own tree) and `draft_seconds` the drafting cost of one
+    cycle at batch 1. How drafting grows with the batch is assumed, not measured:
+    `batched` scales it like the target's one-token step, draft(b) = draft(1) * T(b, 1) / T(1, 1)
+    (the draft batched as well as the target); `serial` as b * draft(1) (one sequence after
+    another). The decoding loop's own overhead is left out on both sides."""
+    if draft_scaling not in ("batched", "serial"):
+        raise ValueError(f"draft_scaling must be 'batched' or 'serial', got {draft_scaling!r}")
+    out = {}
+    for b in sorted({b for b, _ in latency}):
+        grow = latency[(b, 1)] / latency[(1, 1)] if draft_scaling == "batched" else b
+        out[b] = tau * latency[(b, 1)] / (latency[(b, n)] + draft_seconds * grow)
+    return out
+
+
+def tuned_cycle_costs(path: Path) -> dict:
+    """From a `tune` file: the chosen tree's size and what one drafting cycle cost on the
+    tuning machine at batch 1 (drafting the tree plus committing the accepted features)."""
+    tuned = json.loads(path.read_text())
+    c = tuned["choice"]
+    row = next(r for r in tuned["dynamic"]
+               if (r["depth"], r["top_k"], r["total_tokens"]) == (c["depth"], c["top_k"], c["total_tokens"]))
+    return {"total_tokens": c["total_tokens"], "draft_seconds": row["draft_seconds"],
+            "commit_seconds": tuned["commit_seconds"], "machine": tuned["machine"]["cpu"], "command": tuned["command"]}

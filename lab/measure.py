@@ -152,3 +152,32 @@ def draft_alpha(target: torch.nn.Module, draft: torch.nn.Module, sequences, samp
         a = acceptance_rate(p, q)
         total, count = total + float(a.sum()), count + len(a)
     return total / max(count, 1)
+
+
+@torch.inference_mode()
+def batch_forward_latency(model: torch.nn.Module, batches: list[int], ns: list[int], prefix: int = 200,
+                          repeats: int = 5, seed: int = 0) -> dict[tuple[int, int], float]:
+    """Seconds (fastest of `repeats`) of one transformers forward, LM head included, over
+    `batch` sequences at once, each with n new positions (a causal chain) after its own cached
+    prefix of `prefix` tokens: T(batch, n), what serving many users at once costs per step.
+    Keyed (batch, n). transformers' batched forward is used because the lab's exact engine
+    scores one sequence; the model's own dtype is kept (timing only: bit-exactness is no concern).
+    Every sequence has the same prefix length, so no padding or attention mask is needed."""
+    from transformers import DynamicCache
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    device = next(model.parameters()).device
+    out = {}
+    for b in batches:
+        cache = DynamicCache(config=model.config)
+        model.model(input_ids=torch.randint(0, vocab, (b, prefix), generator=g).to(device), cache=cache,
+                    use_cache=True)
+        for n in ns:
+            new = torch.randint(0, vocab, (b, n), generator=g).to(device)
+            positions = torch.arange(prefix, prefix + n, device=device).expand(b, n)
+
+            def step() -> None:
+                model(input_ids=new, cache=cache, position_ids=positions, use_cache=True)
+                cache.crop(-n)  # back to the prefix (transformers 5 takes minus the tokens to drop)
+            out[(b, n)] = _timed(step, repeats)
+    return out

@@ -1,0 +1,216 @@
+"""`python -m lab endtoend`: every method on several datasets and temperatures, one JSON, resumable.
+
+The end-to-end comparison (notebook 08) is `python -m lab bench` run once per setting (a dataset
+at a temperature) on models loaded once. Each setting's result is exactly what `bench --json`
+would write for it, with `command` replaced by the single `bench` command that reruns that
+setting alone (so RESULTS.md can print it like any benchmark) and `run_by` the command that ran
+it. After each setting the whole file is rewritten atomically, so an interrupted run leaves a
+valid file holding the settings that finished, and the next run with the same options skips
+them (a setting run with other options is run again and replaced).
+
+Why per setting and not per prompt: `bench` interleaves the methods prompt by prompt so that a
+drifting machine slows them all alike; a setting cut in half would mix two machine states.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from .artifacts import command_line, git_commit, machine, write_json
+from .bench import LOSSY_METHODS, Setup, run_bench
+from .data import load_prompts
+from .errors import LabError
+from .paths import CACHE_DIR, DATA_DIR, fast_mode
+from .sampling import Sampling
+
+RESULTS_FILE = DATA_DIR / "results" / "end_to_end.json"
+# Options of the run that are not what a setting's numbers depend on: where they are written,
+# which settings are in the run, and the command-line plumbing.
+_NOT_FINGERPRINT = ("run", "command", "argv", "json", "settings", "methods", "dataset", "temperature")
+
+# The EAGLE-3 paper's Table 1 (temperature 0): (model, benchmark) -> (speed-up, tau). Measured on
+# GPUs with 8B and 13B targets: a reference point, not something this lab reproduces.
+PAPER_TABLE1 = {
+    ("LLaMA-3.1-8B", "MT-Bench"): (4.40, 6.13), ("LLaMA-3.1-8B", "HumanEval"): (4.85, 6.74),
+    ("LLaMA-3.1-8B", "GSM8K"): (4.48, 6.23), ("LLaMA-3.1-8B", "Alpaca"): (4.82, 6.70),
+    ("LLaMA-3.1-8B", "CNN/DM"): (3.65, 5.34),
+    ("Vicuna-13B", "MT-Bench"): (5.58, 6.65), ("Vicuna-13B", "HumanEval"): (6.47, 7.54),
+    ("Vicuna-13B", "GSM8K"): (5.32, 6.29),
+}
+PAPER_EAGLE2 = {("LLaMA-3.1-8B", "MT-Bench"): (3.16, 4.05)}  # the paper's EAGLE-2 row, same setting
+# Throughput speed-up of EAGLE-3 against no speculation by batch size, as the paper reports it
+# for serving engines (H100, LLaMA-3.1-8B, MT-Bench): only these points are given.
+PAPER_SERVING = {
+    "SGLang v0.4.4": {2: 1.81, 64: 1.38},
+    "vLLM": {2: 1.75, 56: 1.01},
+}
+PAPER_SERVING_NOTE = "SGLang: EAGLE (not EAGLE-3) falls below 1x from batch 24"
+
+
+@dataclass(frozen=True)
+class Setting:
+    dataset: str
+    temperature: float
+
+    @property
+    def key(self) -> str:
+        """How the setting is named in the JSON, e.g. `mt_bench/T0`."""
+        return f"{self.dataset}/T{self.temperature:g}"
+
+
+def parse_settings(text: str) -> list[Setting]:
+    """`mt_bench:0,humaneval:1` -> settings, in the order given."""
+    settings = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        dataset, _, temperature = item.partition(":")
+        try:
+            settings.append(Setting(dataset, float(temperature)))
+        except ValueError:
+            raise LabError(f"--settings takes dataset:temperature pairs (e.g. mt_bench:0,humaneval:1), got {item!r}") \
+                from None
+    if not settings:
+        raise LabError("--settings is empty: give dataset:temperature pairs, e.g. mt_bench:0,humaneval:1")
+    return settings
+
+
+def methods_for(setting: Setting, methods: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The methods a setting runs, and why any are left out: the lossy rules (judge, topk) are
+    defined for greedy decoding only (lab/decode.py refuses them when sampling)."""
+    if setting.temperature == 0:
+        return list(methods), {}
+    left_out = {m: "greedy only: its acceptance rule is defined at temperature 0" for m in methods if m in LOSSY_METHODS}
+    return [m for m in methods if m not in left_out], left_out
+
+
+def results_path() -> Path:
+    """data/results/end_to_end.json at full size; in fast mode a gitignored file, so a CI-sized
+    run never replaces the committed results (as `figure_path` does for figures)."""
+    return CACHE_DIR / "results-fast" / "end_to_end.json" if fast_mode() else RESULTS_FILE
+
+
+def _options(argv: list[str]) -> list[tuple[str, str]]:
+    """`--name value` pairs of an `endtoend` argument list (every option of it takes a value)."""
+    argv = [a for a in argv if a != "endtoend"]
+    pairs, i = [], 0
+    while i < len(argv):
+        if "=" in argv[i]:
+            name, value = argv[i].split("=", 1)
+            i += 1
+        else:
+            name, value = argv[i], argv[i + 1]
+            i += 2
+        pairs.append((name, value))
+    return pairs
+
+
+def bench_command(argv: list[str], setting: Setting, methods: list[str]) -> str:
+    """The `python -m lab bench` command that reruns one setting of the `endtoend` run `argv`."""
+    pairs = [(n, v) for n, v in _options(argv) if n not in ("--settings", "--methods", "--json", "--temperature")]
+    pairs = [("--methods", ",".join(methods)), ("--dataset", setting.dataset),
+             ("--temperature", f"{setting.temperature:g}")] + pairs
+    return shlex.join(["python", "-m", "lab", "bench"] + [x for pair in pairs for x in pair])
+
+
+def _fingerprint(args: argparse.Namespace) -> dict:
+    """The options a setting's numbers depend on, as JSON would give them back (tuples as lists)."""
+    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in _NOT_FINGERPRINT}))
+
+
+def load_partial(path: Path) -> dict:
+    """The settings a earlier run finished (empty if there is no file yet). A file that does not
+    parse cannot be half-written by this module (it renames whole files), so it is reported,
+    not silently replaced."""
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text()).get("settings", {})
+    except json.JSONDecodeError:
+        raise LabError(f"{path} is not valid JSON: move it away (or delete it) and rerun") from None
+
+
+def run_end_to_end(args: argparse.Namespace, setup: Setup, path: Path | None = None, progress: bool = True) -> dict:
+    """Run `args.methods` on every setting of `args.settings` (dataset, temperature) with the
+    models of `setup`, `args.limit` prompts each; skip settings `path` already holds from a run
+    with the same options; rewrite `path` atomically after each setting. Returns the whole file."""
+    from tqdm.auto import tqdm
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    settings = parse_settings(args.settings)
+    path = Path(path or args.json or results_path())
+    fingerprint = _fingerprint(args)
+    argv = getattr(args, "argv", None) or []
+    done = load_partial(path)
+    wanted = {s.key: methods_for(s, methods)[0] for s in settings}
+    # a setting is kept if it ran with the same options and the same methods; others run again
+    kept = {k: r for k, r in done.items() if k in wanted and list(r["methods"]) == wanted[k]
+            and r.get("endtoend", {}).get("fingerprint") == fingerprint}
+    todo = [s for s in settings if s.key not in kept]
+    if progress and kept:
+        print(f"[endtoend] {path}: {len(kept)} setting(s) kept from an earlier run with the same options: "
+              f"{', '.join(kept)}; {len(todo)} to run", flush=True)
+    stale = sorted(set(done) & set(wanted) - set(kept))
+    if progress and stale:
+        print(f"[endtoend] rerunning {', '.join(stale)}: recorded with other options or methods", flush=True)
+    prompts = {s.key: load_prompts(s.dataset, args.limit) for s in todo}
+    result = {"kind": "end_to_end", "command": shlex.join(["python", "-m", "lab"] + argv) if argv else command_line(),
+              "settings": {**{k: r for k, r in done.items() if k not in [s.key for s in todo]}}}
+    bar = tqdm(total=sum(len(p) for p in prompts.values()), desc="end to end (prompts)", unit="prompt",
+               disable=not progress)
+    for setting in todo:
+        names, left_out = methods_for(setting, methods)
+        bar.set_postfix_str(setting.key)
+        one = dataclasses.replace(setup, sampling=Sampling(setting.temperature, args.top_k, args.top_p))
+        config = {**fingerprint, "dataset": setting.dataset, "temperature": setting.temperature}
+        r = run_bench(names, prompts[setting.key], one, config, args.draft_layers, progress=False,
+                      on_prompt=lambda *_: bar.update())
+        r["run_by"], r["command"] = r["command"], bench_command(argv, setting, names)
+        r["endtoend"] = {"setting": dataclasses.asdict(setting), "fingerprint": fingerprint, "left_out": left_out}
+        result["settings"][setting.key] = r
+        # the settings in the order asked for, then any others the file held
+        order = [s.key for s in settings] + [k for k in result["settings"] if k not in [s.key for s in settings]]
+        result["settings"] = {k: result["settings"][k] for k in order if k in result["settings"]}
+        result.update(commit=git_commit(), machine=machine())
+        write_json(path, result)
+    bar.close()
+    if not todo:  # nothing ran: the file stays as it was
+        result = json.loads(path.read_text())
+    return result
+
+
+def prepare(argv: list[str]) -> tuple[argparse.Namespace, Setup]:
+    """Parse an `endtoend` argument list with the lab's own parser and load the models every
+    method needs, once (`python -m lab bench`'s loading: `bench_setup`)."""
+    from .__main__ import bench_setup, build_parser
+    args = build_parser().parse_args(["endtoend", *[a for a in argv if a != "endtoend"]])
+    args.argv = ["endtoend", *[a for a in argv if a != "endtoend"]]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    parse_settings(args.settings)  # a bad --settings fails before any loading
+    return args, bench_setup(args, methods)
+
+
+def format_end_to_end(result: dict) -> str:
+    """One row per method, one column per setting: tau and speed-up over AR, `-` where the method
+    did not run (a lossy rule at T > 0). Lossy methods are marked; a lossless method whose greedy
+    tokens differed from AR's (other than numerical ties) is flagged."""
+    settings = result["settings"]
+    methods: list[str] = []
+    for r in settings.values():
+        methods += [m for m in r["methods"] if m not in methods]
+    lines = ["| method | " + " | ".join(f"{k} τ / speed-up" for k in settings) + " |",
+             "|---|" + "---|" * len(settings)]
+    for m in methods:
+        cells, lossy = [], False
+        for r in settings.values():
+            s = r["methods"].get(m)
+            if s is None:
+                cells.append("-")
+                continue
+            lossy |= not s.get("lossless", True)
+            differing = sum(1 for p in s["per_prompt"] if p["identical_to_ar"] is False)
+            flag = " (not identical)" if s.get("lossless", True) and differing > s["numerical_ties"] else ""
+            cells.append(f"{s['tau']:.2f} / {s['speedup']:.2f}x{flag}" if s.get("speedup") else f"{s['tau']:.2f}")
+        lines.append(f"| {m}{' (lossy)' if lossy else ''} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
