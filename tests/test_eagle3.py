@@ -326,6 +326,27 @@ def test_the_tuner_prices_eagle3_trees_over_the_heads_own_vocabulary(tiny, token
     assert all(1 <= r["tau"] <= r["total_tokens"] for r in result["dynamic"])
 
 
+@pytest.mark.slow
+def test_tau_at_a_fixed_tree_gives_each_head_its_own_layers(target, tokenizer):
+    """The shipped heads of both kinds scored on one shared decoding: each head's tau equals what
+    the tuner's measurement gives on continuations decoded with that head's layers alone."""
+    from lab import eagle
+    from lab.costmodel import draft_positions, greedy_continuations, measure_trees, tau_at_tree
+    from lab.data import mt_bench
+    heads = {"eagle3": load_head(target), "eagle1": eagle.load_head(target)}
+    tree, prompts = (3, 2, 4), mt_bench()[:2]
+    shared = tau_at_tree(target, tokenizer, heads, tree, prompts=prompts, max_new_tokens=24, positions=12)
+    for name, head in heads.items():
+        seqs = greedy_continuations(target, tokenizer, prompts, 24, head.feature_layers)
+        alone = measure_trees(head, seqs, draft_positions(seqs, 12, 0), depths=(3,), top_ks=(2,), sizes=(4,))
+        assert shared[name] == alone["dynamic"][0]["tau"] > 1.2, name
+    # the check can fail: the EAGLE-3 head fed its layers in the wrong order drafts worse trees
+    wrong = heads["eagle3"]
+    wrong.feature_layers = tuple(reversed(wrong.feature_layers))
+    assert tau_at_tree(target, tokenizer, {"wrong": wrong}, tree, prompts=prompts, max_new_tokens=24,
+                       positions=12)["wrong"] < shared["eagle3"]
+
+
 def test_a_short_disk_fails_before_the_first_chunk(tiny, tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
