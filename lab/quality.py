@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from .data import HUMANEVAL_INSTRUCTION, chat_ids, humaneval_split
 from .decode import decode
@@ -64,6 +65,17 @@ class Quality:
         return self.new_tokens / max(self.forwards, 1)
 
 
+def question_and_check(item: Task | dict) -> tuple[str, str, Callable[[str], bool]]:
+    """A checkable item's kind, the question the target is asked, and the check of an answer's
+    text: a `Task`'s own check, or a HumanEval problem's tests run on the answer in the sandbox.
+    Shared by `answer_quality` and the mined judge labels (lab/mining.py), so that both call the
+    same answer correct."""
+    if isinstance(item, dict):
+        return "humaneval", HUMANEVAL_INSTRUCTION + item["prompt"], \
+            lambda text: run_python(humaneval_program(item, text)).passed
+    return item.kind, item.question, item.check
+
+
 def answer_quality(target, tokenizer, items: list[Task] | list[dict], make_drafter=NoDraft, rule=None,
                    draft_len: int = 8, max_new_tokens: int = 24) -> Quality:
     """Decode every item (a `Task`, or a HumanEval problem dict) greedily with a fresh drafter
@@ -71,13 +83,11 @@ def answer_quality(target, tokenizer, items: list[Task] | list[dict], make_draft
     engine = engine_for(target)
     quality = Quality({}, 0, 0, 0.0)
     for item in items:
-        humaneval = isinstance(item, dict)
-        question = HUMANEVAL_INSTRUCTION + item["prompt"] if humaneval else item.question
+        kind, question, check = question_and_check(item)
         out = decode(engine, make_drafter(), chat_ids(tokenizer, question), max_new_tokens, GREEDY, draft_len, 0,
                      tokenizer.eos_token_id, rule=rule)
-        text = tokenizer.decode(out.tokens, skip_special_tokens=True)
-        ok = run_python(humaneval_program(item, text)).passed if humaneval else item.check(text)
-        quality.correct.setdefault("humaneval" if humaneval else item.kind, []).append(ok)
+        ok = check(tokenizer.decode(out.tokens, skip_special_tokens=True))
+        quality.correct.setdefault(kind, []).append(ok)
         quality.new_tokens += len(out.tokens)
         quality.forwards += out.cycles
         quality.seconds += out.seconds
