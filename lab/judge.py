@@ -8,8 +8,9 @@ else. The paper's observation: the target's own embedding of a token says whethe
 context?") is OR-ed with standard verification; the output is no longer the target's, so quality
 has to be measured (lab/sandbox.py, lab/tasks.py).
 
-Labels come from correct answers with one error planted automatically (`plant_error`): tokens
-before the first changed token are correct, the changed token is wrong, what follows is ignored.
+Labels come from correct answers with one error planted automatically (`label_tokens`): tokens
+before the first changed token are correct, the changed token is wrong, what follows is ignored;
+and from real draft mismatches whose effect on a checked answer was tried (lab/mining.py).
 """
 from __future__ import annotations
 
@@ -85,16 +86,18 @@ def number_mutations(text: str) -> list[Mutation]:
 
 @dataclass
 class Labelled:
-    """One answer with a planted error, tokenised after its prompt."""
-    problem: str            # split key: every answer of a problem goes to the same split
-    ids: list[int]          # prompt (chat template) + mutated answer
+    """One labelled answer tokenised after its prompt: a planted error, or a mined draft token."""
+    problem: str            # split key: every answer of a problem goes to the same split, whatever its source
+    ids: list[int]          # prompt (chat template) + answer (mutated, or up to the mined draft token)
     answer_start: int       # index in ids of the answer's first token
-    labels: list[int]       # per answer token: 1 correct, 0 the planted error, -1 ignored
+    labels: list[int]       # per answer token: 1 correct, 0 wrong, -1 ignored
     kind: str = ""
-    site_token: int = field(default=-1)  # index (in ids) of the negative token
+    site_token: int = field(default=-1)  # index (in ids) of the planted error or the mined draft token
+    source: str = ""        # where the label came from, for the manifest's per-source counts and AUCs
 
 
-def label_tokens(tokenizer, prompt_ids: list[int], original: str, mutation: Mutation, problem: str) -> Labelled | None:
+def label_tokens(tokenizer, prompt_ids: list[int], original: str, mutation: Mutation, problem: str,
+                 source: str = "") -> Labelled | None:
     """Tokens of the mutated answer before the first token that differs from the original's
     tokens are correct; that token is the error; the rest is ignored. None if tokenisation hides
     the change (no differing token)."""
@@ -105,7 +108,7 @@ def label_tokens(tokenizer, prompt_ids: list[int], original: str, mutation: Muta
         return None
     labels = [1] * first + [0] + [-1] * (len(b) - first - 1)
     start = len(prompt_ids)
-    return Labelled(problem, prompt_ids + b, start, labels, mutation.kind, start + first)
+    return Labelled(problem, prompt_ids + b, start, labels, mutation.kind, start + first, source)
 
 
 # ---- features and probes ---------------------------------------------------------------------
@@ -115,10 +118,10 @@ def token_features(target, examples: list[Labelled], layers: list[int]) -> dict:
     """For every labelled answer token: the target's hidden state at that token's position at each
     of `layers` (transformers' convention: 0 the embeddings, N the final normed state), and two
     baselines from the target's logits at the previous position: the token's probability and the
-    entropy there."""
+    entropy there. `groups` (the split key) and `sources` name each token's answer."""
     from .engine import Engine
     feats = {layer: [] for layer in layers}
-    labels, groups, prob, entropy = [], [], [], []
+    labels, groups, sources, prob, entropy = [], [], [], [], []
     for ex in examples:
         engine = Engine(target)
         scored = engine.forward(ex.ids, hidden_layers=tuple(layers))
@@ -131,8 +134,9 @@ def token_features(target, examples: list[Labelled], layers: list[int]) -> dict:
             feats[layer].append(scored.hidden[layer][rows].float())
         labels += [y for y in ex.labels if y >= 0]
         groups += [ex.problem] * len(rows)
+        sources += [ex.source] * len(rows)
     return {"features": {layer: torch.cat(f).numpy() for layer, f in feats.items()},
-            "labels": labels, "groups": groups, "token_probability": prob, "entropy": entropy}
+            "labels": labels, "groups": groups, "sources": sources, "token_probability": prob, "entropy": entropy}
 
 
 def split_by_problem(groups: list[str], validation: float = 0.3, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -188,8 +192,8 @@ def threshold_for_recall(scores, labels, recall: float) -> float:
 
 def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DIR / "judge.json") -> Path:
     """The head (577 numbers for SmolLM2's 576-wide states) and its threshold, with the manifest."""
-    from .artifacts import write_json
-    write_json(path, {**manifest, "artifact": str(path.relative_to(DATA_DIR.parent)), "layer": probe.layer,
+    from .artifacts import repo_path, write_json
+    write_json(path, {**manifest, "artifact": repo_path(path), "layer": probe.layer,
                       "delta": delta, "bias": probe.bias, "weight": probe.weight.tolist(),
                       "mean": probe.mean.tolist(), "std": probe.std.tolist()})
     return path
