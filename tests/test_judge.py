@@ -118,3 +118,151 @@ def test_a_humaneval_split_keeps_the_program_whole(tokenizer):
         context, solution = humaneval_split(tokenizer, p)
         assert p["prompt"].rstrip("\n") + solution == p["prompt"] + p["canonical_solution"]
         assert tokenizer.decode(context).endswith(p["prompt"].rstrip("\n")) and solution.startswith("\n")
+
+
+# ---- labels mined from real draft mismatches (lab/mining.py) ----------------------------------
+
+@pytest.fixture(scope="module")
+def other():
+    """A second random model as the draft: it disagrees with the tiny target almost everywhere."""
+    from lab.models import tiny_target
+    return tiny_target(1)
+
+
+def _item(tokenizer, check, problem: str = "tasks:fake-0", text: str = "Mine this", n: int = 10):
+    from lab.mining import Checkable
+    return Checkable(problem, "mined_tasks", tokenizer(text, add_special_tokens=False).input_ids, check, n)
+
+
+def _greedy_next(model, ids: list[int]) -> int:
+    return int(model(torch.tensor([ids])).logits[0, -1].argmax())
+
+
+@torch.inference_mode()
+def test_mining_puts_the_draft_token_at_the_mismatch_and_lets_the_target_finish(tiny, other, tokenizer):
+    from lab.mining import greedy_answer, mine_item
+    item = _item(tokenizer, lambda ids: True)
+    answer = greedy_answer(Engine(tiny), item.prompt, 10, None)
+    record = mine_item(Engine(tiny), other, item, cap=4, eos_id=None)
+    assert record["answer"] == answer and record["target_correct"] and len(record["mismatches"]) == 4
+    for m in record["mismatches"]:
+        j, finished = m["position"], m["answer"]
+        assert finished[:j] == answer[:j] and finished[j] == m["draft"] != answer[j] == m["target"]
+        assert _greedy_next(other, item.prompt + answer[:j]) == m["draft"]  # what the draft proposes there
+        seq = item.prompt + finished[: j + 1]
+        for token in finished[j + 1:]:  # the rest is the target's greedy continuation
+            assert _greedy_next(tiny, seq) == token
+            seq.append(token)
+        assert len(finished) == 10
+
+
+def _assert_labels_follow_the_checker(record: dict, examples: list, check) -> None:
+    """Each mined example is the prompt and the checked answer up to and including the draft
+    token, labelled there only, 1 iff the checker accepted that finished answer."""
+    assert len(examples) == len(record["mismatches"])
+    for ex, m in zip(examples, record["mismatches"]):
+        site = ex.site_token - ex.answer_start
+        assert ex.ids[: ex.answer_start] == record["prompt"] and site == m["position"]
+        assert ex.ids[ex.answer_start:] == m["answer"][: site + 1]
+        assert ex.labels[site] == int(check(m["answer"])) and set(ex.labels[:site]) <= {-1}
+
+
+def test_a_mined_label_is_positive_iff_the_finished_answer_passes(tiny, other, tokenizer):
+    from lab.judge import Labelled
+    from lab.mining import draft_mismatches, greedy_answer, labelled, mine_item, spread
+    prompt = tokenizer("Mine this", add_special_tokens=False).input_ids
+    answer = greedy_answer(Engine(tiny), prompt, 10, None)
+    tried = spread(draft_mismatches(other, prompt, answer), 6)
+    harmful = {d for i, (_, d) in enumerate(tried) if i % 2} - set(answer)  # a fake checker: these tokens break it
+    checked = []
+
+    def check(ids: list[int]) -> bool:
+        checked.append(list(ids))
+        return not harmful & set(ids)
+    record = mine_item(Engine(tiny), other, _item(tokenizer, check), cap=6, eos_id=None)
+    examples = labelled(record)
+    assert {m["harmless"] for m in record["mismatches"]} == {True, False}
+    assert checked == [answer] + [m["answer"] for m in record["mismatches"]]
+    _assert_labels_follow_the_checker(record, examples, check)
+    # a labeller that puts the target's token where the draft's belongs fails the same check
+    wrong = [Labelled(ex.problem, ex.ids[: ex.site_token] + [m["target"]], ex.answer_start, ex.labels, ex.kind,
+                      ex.site_token, ex.source) for ex, m in zip(examples, record["mismatches"])]
+    with pytest.raises(AssertionError):
+        _assert_labels_follow_the_checker(record, wrong, check)
+    # a target that answers wrongly gives no labels, and nothing is substituted
+    failed = mine_item(Engine(tiny), other, _item(tokenizer, lambda ids: False), cap=6, eos_id=None)
+    assert not failed["target_correct"] and failed["mismatches"] == [] and labelled(failed) == []
+
+
+@torch.inference_mode()
+def test_a_mined_token_is_read_where_the_judge_reads_it_in_decoding(tiny, other, tokenizer):
+    from lab.judge import token_features
+    from lab.mining import labelled, mine_item
+    record = mine_item(Engine(tiny), other, _item(tokenizer, lambda ids: True), cap=3, eos_id=None)
+    layers = [1, tiny.config.num_hidden_layers]
+    for ex, m in zip(labelled(record), record["mismatches"]):
+        features = token_features(tiny, [ex], layers)["features"]
+        for layer in layers:
+            probe = Probe(layer, torch.zeros(64), torch.ones(64), torch.linspace(-3, 3, 64), 0.0)
+            seen = []
+
+            class Recording(JudgeRule):
+                def accepts(self, drafts, logits, hidden):
+                    seen.append((hidden[layer].clone(), self.scores(hidden, len(drafts))))
+                    return super().accepts(drafts, logits, hidden)
+            # decoding: the target's answer up to the mismatch, then the draft proposes the mined token
+            context = record["prompt"] + record["answer"][: m["position"]]
+            decode(Engine(tiny), ReferenceDraft(len(context), [m["draft"]]), context, 2, GREEDY, 1, 0, None,
+                   rule=Recording(probe, 0.5))
+            hidden, scores = seen[0]
+            mined = torch.from_numpy(features[layer][0])
+            assert torch.allclose(hidden[1], mined, atol=1e-4)  # row 1 of [last, draft]: the draft token's own
+            assert not torch.allclose(hidden[0], mined, atol=1e-3)  # not the position before it
+            assert torch.allclose(scores[0], probe.score(mined[None])[0], atol=1e-4)
+
+
+def test_mining_resumes_from_its_cache(tiny, other, tokenizer, tmp_path):
+    from lab.mining import mine
+    calls = []
+
+    def check(ids: list[int]) -> bool:
+        calls.append(1)
+        return True
+    items = [_item(tokenizer, check, f"tasks:fake-{i}", f"Mine item {i}", 6) for i in range(2)]
+    first = mine(tiny, other, items[:1], cap=2, cache_dir=tmp_path, progress=False)  # interrupted after one item
+    before = len(calls)
+    both = mine(tiny, other, items, cap=2, cache_dir=tmp_path, progress=False)
+    assert both[0] == first[0] and len(calls) - before == 1 + len(both[1]["mismatches"])  # only the new item ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks_fake-0.json", "tasks_fake-1.json"]  # no temp files
+    calls.clear()
+    assert mine(tiny, other, items, cap=2, cache_dir=tmp_path, progress=False) == both and calls == []
+    assert mine(tiny, other, items, cap=1, cache_dir=tmp_path, progress=False)[0]["settings"]["cap"] == 1
+    assert calls  # mined again with another cap
+
+
+def test_the_split_keeps_planted_and_mined_labels_of_a_problem_together(tiny, other, tokenizer):
+    from lab.judge import split_by_problem, token_features
+    from lab.mining import checkable_items, labelled, mine_item
+    examples = []
+    for i in range(6):
+        item = _item(tokenizer, lambda ids: True, f"tasks:fake-{i}", f"What is {i} + 3?", 6)
+        record = mine_item(Engine(tiny), other, item, cap=3, eos_id=None)
+        examples += labelled(record)
+        for mutation in number_mutations(f"{i} + 3 = {i + 3}")[:1]:
+            examples.append(label_tokens(tokenizer, item.prompt, f"{i} + 3 = {i + 3}", mutation, item.problem, "tasks"))
+    data = token_features(tiny, examples, [1])
+    train, val = split_by_problem(data["groups"], validation=0.5)
+    assert train and val
+    side = {}
+    for name, rows in (("train", train), ("val", val)):
+        for r in rows:
+            side.setdefault(data["groups"][r], set()).add(name)
+    assert len(side) == 6 and all(len(s) == 1 for s in side.values())
+    assert set(data["sources"]) == {"tasks", "mined_tasks"}
+    # the real items share their problem keys with the planted labels of the same questions
+    items = checkable_items(tokenizer, 121)
+    assert [i.problem for i in items[:3]] == [f"tasks:{t.id}" for t in make_tasks(per_kind=20, seed=0)[:3]]
+    assert items[120].problem == "humaneval:HumanEval/0" and items[120].source == "mined_humaneval"
+    task = make_tasks(per_kind=20, seed=0)[0]
+    assert items[0].check(tokenizer.encode(f"It is {task.answer}.")) and not items[0].check(tokenizer.encode("no"))
+

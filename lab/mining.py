@@ -1,0 +1,153 @@
+"""Judge labels mined from real draft mismatches, in the spirit of AutoJudge (arXiv 2504.20039).
+
+Planted errors are an easy kind of wrong; the 2-layer draft's mistakes are fluent. So labels are
+also taken from the draft itself, on items whose answer a program checks: where the target's
+greedy answer is correct, run the draft over that answer (teacher-forced) and find the positions
+where its greedy token differs from the target's. At each such position (up to a cap), put the
+draft's token there, let the target finish greedily and check the answer again: the draft token is
+harmless (label 1) if the answer stays correct, harmful (label 0) if not. Nothing is planted, and
+the labelled tokens are exactly those standard verification rejects and a judge would rescue.
+
+The features are read where the judge reads them in decoding: the target's hidden state at the
+position whose input is the draft token, after the target's own answer up to there (`Labelled`
+with `site_token` on the draft token, as `token_features` and `JudgeRule.scores` index).
+
+Mining is slow (one greedy continuation per mismatch), so each item's result is cached under
+`.cache/judge-mined/` as soon as it is done, written atomically, and a rerun resumes.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .artifacts import write_json
+from .decode import decode
+from .drafters import NoDraft
+from .engine import Engine, engine_for
+from .judge import Labelled
+from .paths import CACHE_DIR
+from .sampling import Sampling
+
+MINED_DIR = CACHE_DIR / "judge-mined"
+GREEDY = Sampling()
+# answer lengths as the quality checks use them: notebook 07's questions, `make bench-judge`'s HumanEval
+MAX_NEW_TOKENS = {"tasks": 24, "humaneval": 192}
+
+
+@dataclass
+class Checkable:
+    """One item whose answer a program checks."""
+    problem: str                        # split key, the same as the planted labels' for the same item
+    source: str                         # mined_tasks | mined_humaneval
+    prompt: list[int]                   # chat-template ids the target answers after
+    check: Callable[[list[int]], bool]  # answer token ids -> is the answer correct?
+    max_new_tokens: int
+
+
+def checkable_items(tokenizer, limit: int, tasks_per_kind: int = 20, seed: int = 0) -> list[Checkable]:
+    """The first `limit` items: the templated tasks first (cheap: short answers the target often
+    gets right), then HumanEval (192-token answers the 135M target rarely passes). The tasks are
+    `make_tasks(per_kind=tasks_per_kind, seed=seed)`, the planted labels' own, so that an item's
+    planted and mined labels share one problem key and land on the same side of the split."""
+    from .data import chat_ids, humaneval_problems
+    from .quality import question_and_check
+    from .tasks import make_tasks
+    items: list[Checkable] = []
+    for item in [*make_tasks(per_kind=tasks_per_kind, seed=seed), *humaneval_problems()][:limit]:
+        kind, question, check_text = question_and_check(item)
+        source = "humaneval" if kind == "humaneval" else "tasks"
+        problem = f"humaneval:{item['task_id']}" if source == "humaneval" else f"tasks:{item.id}"
+
+        def check(ids: list[int], check_text=check_text) -> bool:
+            return check_text(tokenizer.decode(ids, skip_special_tokens=True))
+        items.append(Checkable(problem, f"mined_{source}", chat_ids(tokenizer, question), check,
+                               MAX_NEW_TOKENS[source]))
+    return items
+
+
+def greedy_answer(engine: Engine, prompt: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
+    """The target's greedy answer after `prompt` (through the lab's one decoding loop, as
+    `answer_quality` decodes it)."""
+    return decode(engine, NoDraft(), prompt, max_new_tokens, GREEDY, 0, 0, eos_id).tokens
+
+
+@torch.inference_mode()
+def draft_mismatches(draft, prompt: list[int], answer: list[int]) -> list[tuple[int, int]]:
+    """(j, token) for every answer position j where the draft, given prompt + answer[:j], would
+    greedily propose `token` instead of answer[j]. One teacher-forced forward; the LM head only on
+    the answer's rows."""
+    if not answer:
+        return []
+    n = draft.config.num_hidden_layers
+    top = Engine(draft).forward(prompt + answer[:-1], hidden_layers=(n,), logits=False).hidden[n]
+    proposed = draft.lm_head(top[len(prompt) - 1:]).argmax(-1).tolist()
+    return [(j, d) for j, (d, a) in enumerate(zip(proposed, answer)) if d != a]
+
+
+def spread(values: list, cap: int) -> list:
+    """At most `cap` of `values`, evenly spread, so that a long answer's early mismatches do not
+    crowd out its later ones."""
+    if len(values) <= cap:
+        return list(values)
+    return [values[i * len(values) // cap] for i in range(cap)]
+
+
+def mine_item(engine: Engine, draft, item: Checkable, cap: int, eos_id: int | None) -> dict:
+    """One item's mined record (JSON-able): the target's greedy answer, whether it is correct,
+    and for up to `cap` draft mismatches (only if it is) the finished answer with the draft's token
+    substituted and whether that answer still passes (`harmless`)."""
+    answer = greedy_answer(engine, item.prompt, item.max_new_tokens, eos_id)
+    record = {"problem": item.problem, "source": item.source, "prompt": item.prompt, "answer": answer,
+              "target_correct": bool(item.check(answer)), "mismatches_found": 0, "mismatches": []}
+    if not record["target_correct"]:
+        return record  # a wrong answer cannot tell harmless tokens from harmful ones
+    found = draft_mismatches(draft, item.prompt, answer)
+    record["mismatches_found"] = len(found)
+    for j, token in spread(found, cap):
+        prefix = answer[:j] + [token]
+        rest = 0 if token == eos_id else item.max_new_tokens - len(prefix)
+        finished = prefix + greedy_answer(engine, item.prompt + prefix, rest, eos_id)
+        record["mismatches"].append({"position": j, "draft": token, "target": answer[j], "answer": finished,
+                                     "harmless": bool(item.check(finished))})
+    return record
+
+
+def labelled(record: dict) -> list[Labelled]:
+    """One `Labelled` per mined mismatch: the prompt, the target's answer up to the mismatch and
+    the draft's token, labelled there only (1 harmless, 0 harmful). The target's own tokens before
+    it carry no label: standard verification accepts them anyway."""
+    start = len(record["prompt"])
+    return [Labelled(record["problem"], record["prompt"] + record["answer"][: m["position"]] + [m["draft"]], start,
+                     [-1] * m["position"] + [int(m["harmless"])], "mined", start + m["position"], record["source"])
+            for m in record["mismatches"]]
+
+
+def cache_path(cache_dir: Path, problem: str) -> Path:
+    return cache_dir / (re.sub(r"[^\w.-]", "_", problem) + ".json")
+
+
+def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None = None,
+         cache_dir: Path = MINED_DIR, progress: bool = True) -> list[dict]:
+    """`mine_item` for every item, each record cached in `cache_dir` as soon as it is done and
+    reused on a rerun when it was mined with the same prompt, answer length and cap (and the same
+    draft: `draft.config.num_hidden_layers`)."""
+    from tqdm.auto import tqdm
+    settings = {"cap": cap, "draft_layers": draft.config.num_hidden_layers}
+    engine, records = engine_for(target), []
+    bar = tqdm(items, desc="mining judge labels (items)", unit="item", disable=not progress)
+    for item in bar:
+        path = cache_path(cache_dir, item.problem)
+        wanted = {**settings, "max_new_tokens": item.max_new_tokens}
+        record = json.loads(path.read_text()) if path.exists() else None
+        if record is None or record.get("settings") != wanted or record["prompt"] != item.prompt:
+            record = {**mine_item(engine, draft, item, cap, eos_id), "settings": wanted}
+            write_json(path, record)
+        records.append(record)
+        labels = [m["harmless"] for r in records for m in r["mismatches"]]
+        bar.set_postfix(harmless=sum(labels), harmful=len(labels) - sum(labels))
+    return records
