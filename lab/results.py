@@ -14,11 +14,15 @@ from pathlib import Path
 
 from .artifacts import atomic_write, repo_path
 from .bench import PEERS, format_table, verification_line
+from .endtoend import format_end_to_end
 from .errors import LabError
 from .figures import load_manifest
 from .paths import DATA_DIR, ROOT
 
 RESULTS_DIR = DATA_DIR / "results"
+END_TO_END = RESULTS_DIR / "end_to_end.json"  # `python -m lab endtoend` (notebook 08): several settings in one file
+END_TO_END_HOW = ("`python -m lab.figures notebooks/08_end_to_end.ipynb` (notebook 08 at full size, about 10 minutes "
+                  "on 2 cores) writes `data/results/end_to_end.json`")
 # Known benchmarks in reading order; any other file follows, sorted by name.
 BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.json",
                "bench_eagle_tree24.json", "bench_eagle_bf16.json", "bench_eagle_bf16_tree32.json",
@@ -63,9 +67,10 @@ def _commit(manifest: dict) -> str:
 
 
 def bench_files() -> list[Path]:
-    """data/results/*.json in page order (known files first). `make demo` writes to demo/, not here."""
+    """data/results/*.json in page order (known files first), less the end-to-end file, which has
+    its own section. `make demo` writes to demo/, not here."""
     rank = {name: i for i, name in enumerate(BENCH_ORDER)}
-    files = list(RESULTS_DIR.glob("*.json"))
+    files = [p for p in RESULTS_DIR.glob("*.json") if p != END_TO_END]
     return sorted(files, key=lambda p: (rank.get(p.name, len(rank)), p.name))
 
 
@@ -187,8 +192,41 @@ def render_exact_headline() -> str:
     return "\n".join(lines)
 
 
+def _end_to_end_head(result: dict) -> str:
+    first = next(iter(result["settings"].values()))
+    m = first["machine"]
+    return (f"`{result['command']}` on {m.get('cpu', '?')}, {m.get('cores', '?')} cores, target in "
+            f"{first['config'].get('dtype', 'float32')} (commit {_commit(result)}), "
+            f"{first['config']['limit']} prompts and {first['config']['max_new_tokens']} new tokens per setting")
+
+
+def render_end_to_end_headline() -> str:
+    """The README's end-to-end block: tau and speed-up of every method in every setting."""
+    if not END_TO_END.exists():
+        return f"No end-to-end run recorded yet: {END_TO_END_HOW}."
+    result = _load(END_TO_END)
+    return "\n".join([_end_to_end_head(result) + ":", "", format_end_to_end(result), "",
+                      "τ / speed-up over `ar` in the same run; `-`: not run (a lossy rule at T = 1). Each "
+                      "setting's command and its check against `ar`: [RESULTS.md](RESULTS.md#end-to-end)."])
+
+
+def _end_to_end() -> list[str]:
+    lines = ["## End to end", ""]
+    if not END_TO_END.exists():
+        return lines + [f"No end-to-end run recorded yet: {END_TO_END_HOW}.", ""]
+    result = _load(END_TO_END)
+    lines += [f"`{repo_path(END_TO_END)}`: " + _end_to_end_head(result) + ".", "", format_end_to_end(result), ""]
+    for key, r in result["settings"].items():
+        left_out = r.get("endtoend", {}).get("left_out", {})
+        lines += [f"* `{key}`: `{r['command']}`" + (f"; left out: {', '.join(f'`{m}` ({why})' for m, why in left_out.items())}"
+                                                    if left_out else "")
+                  + (f"; {verification_line(r)}" if r["config"].get("temperature") == 0 else "")]
+    return lines + [""]
+
+
 # the README's generated blocks: marker name -> renderer
-README_BLOCKS = {"notebook-times": render_notebook_times, "exact-bf16": render_exact_headline}
+README_BLOCKS = {"notebook-times": render_notebook_times, "exact-bf16": render_exact_headline,
+                 "end-to-end": render_end_to_end_headline}
 
 
 def render_readme(text: str) -> str:
@@ -220,7 +258,7 @@ def render_results() -> str:
     if skipped:
         lines += ["Skipped (no `methods` key, so not a benchmark result): "
                   + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
-    return "\n".join(lines + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
+    return "\n".join(lines + _end_to_end() + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
 
 
 def write_results(path: Path = ROOT / "RESULTS.md", readme: Path = ROOT / "README.md") -> Path:
