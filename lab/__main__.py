@@ -206,8 +206,12 @@ def _train(args: argparse.Namespace) -> None:
             raise LabError("`train draft` needs --layers N (1, 2 or 4)")
         print(train_draft(args.layers, args.minutes or 6.0, batch=args.batch, lr=args.lr or 2e-3, resume=args.resume))
     elif args.what == "judge":
+        from .judge import JUDGE_DIR
         from .train.judge import train_judge
-        train_judge()
+        if args.mined_only and not args.mined:
+            raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
+        train_judge(mined=args.mined, mined_only=args.mined_only, mine_cap=args.mine_cap,
+                    out=Path(args.out) if args.out else JUDGE_DIR / "judge.json")
     elif args.what == "eagle3":
         from .eagle3 import head_path
         from .train.eagle3 import train_eagle3
@@ -348,6 +352,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="eagle1: train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)")
     train.add_argument("--train-prompts", type=int, default=None,
                        help="eagle1/eagle3: train on the first N regenerated training prompts only (default: all)")
+    train.add_argument("--mined", type=int, default=0,
+                       help="judge: also label the 2-layer draft's real mismatches on up to N checkable items "
+                            "(the 120 templated tasks first, then HumanEval; cached under .cache/judge-mined/ and "
+                            "resumed; default 0: planted errors only)")
+    train.add_argument("--mined-only", action="store_true", help="judge: train on the mined labels alone")
+    train.add_argument("--mine-cap", type=int, default=8,
+                       help="judge: at most this many mismatches tried per item (default 8)")
+    train.add_argument("--out", default=None, help="judge: write the head here (default data/judge/judge.json)")
     train.add_argument("--minutes", type=float, default=None,
                        help="wall-clock budget in minutes (default: 6 for a draft, 30 for EAGLE-1, 60 for EAGLE-3)")
     train.add_argument("--batch", type=int, default=8)

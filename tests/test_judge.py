@@ -266,3 +266,10 @@ def test_the_split_keeps_planted_and_mined_labels_of_a_problem_together(tiny, ot
     task = make_tasks(per_kind=20, seed=0)[0]
     assert items[0].check(tokenizer.encode(f"It is {task.answer}.")) and not items[0].check(tokenizer.encode("no"))
 
+
+def test_per_source_report_counts_tokens_and_scores_validation_rows():
+    from lab.train.judge import per_source
+    sources, labels = ["a"] * 4 + ["b"] * 4, [1, 0, 1, 0, 1, 1, 0, 1]
+    report = per_source(sources, labels, [0.9, 0.1, 0.8, 0.6, 0.3, 0.7], [0, 1, 2, 3, 5, 7], delta=0.5)
+    assert report["a"] == {"positive": 2, "negative": 2, "val_auc": 1.0, "val_wrong_rejected": 0.5}
+    assert report["b"] == {"positive": 3, "negative": 1, "val_auc": None, "val_wrong_rejected": None}

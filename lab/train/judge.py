@@ -5,22 +5,26 @@ Sources of labelled answers (each split by problem, never by token):
     if the mutated program fails the problem's tests in the sandbox (so the error is real), each
     after `lab.data.humaneval_split` (the prompt, then a code block opening with the signature);
   * the templated tasks' exact answers with a wrong number (`lab.tasks`);
-  * MT-Bench's reference answers for math, reasoning and coding with a wrong number.
+  * MT-Bench's reference answers for math, reasoning and coding with a wrong number;
+  * with `--mined N`, the 2-layer draft's real mismatches on up to N checkable items, labelled by
+    whether the target's answer stays correct with the draft token in it (lab/mining.py).
+An item's planted and mined labels share its problem key, so they stay on one side of the split.
 """
 from __future__ import annotations
 
 import json
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..artifacts import command_line, git_commit, machine, repo_path
 from ..data import chat_ids, humaneval_problems, humaneval_split, mt_bench
-from ..judge import Labelled, auc, code_mutations, fit_probe, label_tokens, number_mutations, \
+from ..judge import JUDGE_DIR, Labelled, auc, code_mutations, fit_probe, label_tokens, number_mutations, \
     save_judge, split_by_problem, threshold_for_recall, token_features
-from ..models import TARGET_NAME, load_target, load_tokenizer, wheel_file
+from ..models import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
 from ..sandbox import check_humaneval
 from ..tasks import make_tasks
 
@@ -45,7 +49,7 @@ def planted_examples(tokenizer, seed: int = 0, per_problem: int = 2, tasks_per_k
         for m in mutations:
             if kept == per_problem:
                 break
-            labelled = label_tokens(tokenizer, prompt_ids, original, m, f"{source}:{problem}")
+            labelled = label_tokens(tokenizer, prompt_ids, original, m, f"{source}:{problem}", source)
             if labelled is not None and keep(m):
                 examples.append(labelled)
                 kept += 1
@@ -76,15 +80,60 @@ def subsample_positives(examples: list[Labelled], keep: int, seed: int = 0) -> N
             ex.labels[i] = -1
 
 
-def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int = 0, positives_per_answer: int = 24) -> dict:
-    """Build the labels, fit a probe per layer, ship the best layer's probe as the judge head with
-    the threshold that rejects `recall` of the validation split's wrong tokens."""
+def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0) -> tuple[list[Labelled], dict]:
+    """Labels mined from the shipped 2-layer draft's mismatches on the first `items` checkable
+    items (cached and resumed, lab/mining.py), and per source how many items were tried, how many
+    the target answered correctly, and how many of those gave labels."""
+    from ..mining import checkable_items, labelled, mine
+    records = mine(target, load_draft(target, 2), checkable_items(tokenizer, items, seed=seed), cap,
+                   tokenizer.eos_token_id)
+    examples, counts = [], {}
+    for r in records:
+        found = labelled(r)
+        examples += found
+        c = counts.setdefault(r["source"], {"items": 0, "target_correct": 0, "problems": 0, "answers": 0})
+        c["items"] += 1
+        c["target_correct"] += int(r["target_correct"])
+        c["problems"] += int(bool(found))
+        c["answers"] += len(found)
+    return examples, counts
+
+
+def per_source(sources: list[str], labels, val_scores, val: list[int], delta: float) -> dict:
+    """Per source: positive and negative tokens (all splits), validation AUC (None unless the
+    source has both classes in validation) and the share of its validation wrong tokens that the
+    judge rejects at `delta` (None without any). `val_scores[k]` is the judge's score of row val[k]."""
+    labels = np.asarray(labels)
+    scores = np.full(len(labels), np.nan)
+    scores[val] = val_scores
+    report = {}
+    for source in sorted(set(sources)):
+        rows = np.asarray([i for i, s in enumerate(sources) if s == source])
+        held = np.asarray([i for i in val if sources[i] == source], dtype=int)
+        y, v = labels[held], scores[held]
+        report[source] = {"positive": int((labels[rows] == 1).sum()), "negative": int((labels[rows] == 0).sum()),
+                          "val_auc": round(auc(v, y), 4) if len(set(y.tolist())) == 2 else None,
+                          "val_wrong_rejected": round(float((v[y == 0] <= delta).mean()), 4) if (y == 0).any()
+                          else None}
+    return report
+
+
+def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int = 0, positives_per_answer: int = 24,
+                mined: int = 0, mined_only: bool = False, mine_cap: int = 8,
+                out: Path = JUDGE_DIR / "judge.json") -> dict:
+    """Build the labels (planted, and mined from up to `mined` items unless 0; mined only with
+    `mined_only`), fit a probe per layer, ship the best layer's probe as the judge head (to `out`)
+    with the threshold that rejects `recall` of the validation split's wrong tokens."""
     start = time.time()
     tokenizer, target = load_tokenizer(), load_target()
     n_layers = target.config.num_hidden_layers
     layers = layers or list(range(0, n_layers + 1, 2))
-    examples, counts = planted_examples(tokenizer, seed)
-    subsample_positives(examples, positives_per_answer, seed)
+    examples, counts = ([], {}) if mined_only else planted_examples(tokenizer, seed)
+    subsample_positives(examples, positives_per_answer, seed)  # mined answers carry one label each already
+    if mined:
+        found, mined_counts = mined_examples(tokenizer, target, mined, mine_cap, seed)
+        examples += found
+        counts.update(mined_counts)
     data = token_features(target, examples, layers)
     y = np.asarray(data["labels"])
     train, val = split_by_problem(data["groups"], seed=seed)
@@ -98,12 +147,10 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     delta = threshold_for_recall(by_layer[best]["scores"], y[val], recall)
     token_probability = np.asarray(data["token_probability"])
     entropy = np.asarray(data["entropy"])
-    per_source = {s: {"positive": int(sum(1 for g, t in zip(data["groups"], y) if g.startswith(s + ":") and t == 1)),
-                      "negative": int(sum(1 for g, t in zip(data["groups"], y) if g.startswith(s + ":") and t == 0))}
-                  for s in counts}
     manifest = {
         "command": command_line(), "commit": git_commit(), "machine": machine(), "target": TARGET_NAME,
-        "data": {"sources": counts, "tokens": per_source, "positives_per_answer": positives_per_answer,
+        "data": {"sources": counts, "tokens": per_source(data["sources"], y, by_layer[best]["scores"], val, delta),
+                 "positives_per_answer": positives_per_answer, "mined_items": mined, "mined_per_item": mine_cap,
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},
@@ -111,7 +158,10 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
                               "negative_entropy": round(auc(-entropy[val], y[val]), 4)},
         "recall_of_wrong_tokens": recall, "seconds": round(time.time() - start, 1),
     }
-    path = save_judge(by_layer[best]["probe"], delta, manifest)
+    path = save_judge(by_layer[best]["probe"], delta, manifest, out)
     print(f"judge head: layer {best} (validation AUC {by_layer[best]['val_auc']:.3f}; token probability "
           f"{manifest['val_auc_baselines']['token_probability']:.3f}), delta {delta:.3f}; written to {repo_path(path)}")
+    for source, c in manifest["data"]["tokens"].items():
+        print(f"  {source:>16}: {c['positive']:5d} positive, {c['negative']:4d} negative tokens; validation AUC "
+              f"{c['val_auc']}, wrong tokens rejected {c['val_wrong_rejected']}")
     return manifest
