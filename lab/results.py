@@ -170,7 +170,8 @@ def _profile_table(result: dict, top: int = 5) -> list[str]:
 
 def render_exact_headline() -> str:
     """The README's headline for the exact bfloat16 engine: the benchmark of its issue, llama.cpp
-    beside the lab's best, and the profile before and after, all from data/results/."""
+    beside the lab's best, and the top entry of the profile before and after (their tables go
+    to the results page, to keep the README short), all from data/results/."""
     if not EXACT_BENCH.exists():
         return "No exact-engine benchmark recorded yet (`make bench-exact`)."
     result = _load(EXACT_BENCH)
@@ -184,12 +185,23 @@ def render_exact_headline() -> str:
                       f"other arithmetic): {peers['llamacpp']['tokens_per_s']:.1f} tok/s against the lab's `{best}` "
                       f"{peers[best]['tokens_per_s']:.1f} tok/s and `ar` {peers['ar']['tokens_per_s']:.1f} tok/s in the "
                       f"same run ([{EXACT_PEERS.stem}](RESULTS.md#{EXACT_PEERS.stem}))."]
+    # the profiles' first entries only: their tables are on the results page
+    firsts = [(title, _load(path)["profile"][0]) for title, path in PROFILES if path.exists()]
+    tops = [f"{title}, {top['own_seconds']:.1f} s in `{top['function']}`" for title, top in firsts]
+    if tops:
+        lines += ["", "Where the time goes (cProfile, top entry by own time; the tables: "
+                      "[RESULTS.md](RESULTS.md#profiles)): " + "; ".join(tops) + "."]
+    return "\n".join(lines)
+
+
+def _profiles() -> list[str]:
+    lines = ["## Profiles", ""]
     for title, path in PROFILES:
         if path.exists():
             profile = _load(path)
-            lines += ["", f"Profile, {title} (`{profile['command']}`, top entries by own time):", ""]
-            lines += _profile_table(profile)
-    return "\n".join(lines)
+            lines += [f"Profile, {title} (`{profile['command']}`, top entries by own time):", ""]
+            lines += _profile_table(profile) + [""]
+    return lines
 
 
 def _end_to_end_head(result: dict) -> str:
@@ -258,7 +270,7 @@ def render_results() -> str:
     if skipped:
         lines += ["Skipped (no `methods` key, so not a benchmark result): "
                   + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
-    return "\n".join(lines + _end_to_end() + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
+    return "\n".join(lines + _end_to_end() + _profiles() + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
 
 
 def write_results(path: Path = ROOT / "RESULTS.md", readme: Path = ROOT / "README.md") -> Path:
