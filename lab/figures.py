@@ -4,9 +4,9 @@ Why a manifest: a figure in `figures/` is only worth showing if one can tell whi
 drew it, on which machine and commit, and how long that run takes (a teacher plans a session
 around it). `python -m lab.figures [NOTEBOOK ...]` runs the given notebooks (default: all) with
 nbclient, writes the executed copies to `.cache/executed/` (never committed), and updates
-`figures/manifest.json`: per notebook the wall seconds, the figures whose files it wrote, the
-command, commit, machine and date (the browser test records its screenshots the same way).
-Running one notebook updates its entry only. `python -m lab.results` renders the times into
+`figures/manifest.json`: per notebook the wall seconds and its three slowest cells, the figures
+whose files it wrote, the command, commit, machine and date (the browser test records its
+screenshots the same way). Running one notebook updates its entry only. `python -m lab.results` renders the times into
 RESULTS.md and the README's notebook map."""
 from __future__ import annotations
 
@@ -28,8 +28,22 @@ def _figure_times() -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in FIGURES_DIR.glob("*.png")}
 
 
+def slowest_cells(notebook, n: int = 3) -> list[dict]:
+    """The `n` code cells that took longest, from the execution timestamps nbclient records,
+    so that whoever has to shorten a notebook knows which cell to look at first."""
+    timed = []
+    for index, cell in enumerate(notebook.cells):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        if cell.cell_type == "code" and "iopub.execute_input" in stamps and "shell.execute_reply" in stamps:
+            begin, end = (datetime.fromisoformat(stamps[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+            timed.append({"cell": index, "id": cell.get("id"), "seconds": round((end - begin).total_seconds(), 1)})
+    return sorted(timed, key=lambda c: -c["seconds"])[:n]
+
+
 def run_notebook(path: Path, timeout: int = 3600) -> dict:
-    """Execute one notebook in its own folder; return its wall seconds and the figures it wrote."""
+    """Execute one notebook in its own folder; return its wall seconds, its slowest cells and
+    the figures it wrote."""
     import nbformat
     from nbclient import NotebookClient
     before = _figure_times()
@@ -42,7 +56,7 @@ def run_notebook(path: Path, timeout: int = 3600) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, out / path.name)
     written = sorted(p.name for p, t in _figure_times().items() if before.get(p) != t)
-    return {"seconds": round(seconds, 1), "figures": written}
+    return {"seconds": round(seconds, 1), "slowest_cells": slowest_cells(notebook), "figures": written}
 
 
 def load_manifest() -> dict:

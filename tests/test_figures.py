@@ -23,12 +23,15 @@ def private_figures(tmp_path, monkeypatch):
 
 def test_a_run_records_its_time_and_only_the_figures_it_wrote(private_figures, tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        f"from pathlib import Path\nPath({str(private_figures / 'new.png')!r}).write_bytes(b'png')")])
+        f"from pathlib import Path\nPath({str(private_figures / 'new.png')!r}).write_bytes(b'png')"),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(0.5)")])
     path = tmp_path / "99_probe.ipynb"
     nbformat.write(notebook, path)
     figures.run([path], timeout=120)
     entry = json.loads((private_figures / "manifest.json").read_text())["notebooks"]["99_probe"]
     assert entry["figures"] == ["new.png"] and entry["seconds"] > 0 and entry["commit"]
+    slowest = entry["slowest_cells"]  # the sleeping cell first, timed from nbclient's stamps
+    assert slowest[0]["cell"] == 1 and 0.5 <= slowest[0]["seconds"] < 5 and slowest[1]["seconds"] < 0.5
     assert (tmp_path / "cache" / "executed" / "99_probe.ipynb").exists()
 
 
