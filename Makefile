@@ -91,7 +91,7 @@ bench-llamacpp: peers
 # Judge Decoding (notebook 07): the judge head (planted-error labels, a probe per layer; about five
 # minutes), then the lossy methods on HumanEval with pass@1 from the sandbox.
 judge-head: setup
-	$(PY) -m lab train judge
+	$(PY) -m lab train judge --mined 120
 
 bench-judge: setup
 	$(PY) -m lab bench --methods ar,sd,judge,topk --dataset humaneval --limit 10 --max-new-tokens 192 \

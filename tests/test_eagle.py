@@ -51,7 +51,23 @@ def assert_eagle_equals_ar(model, drafters, tokenizer, n_prompts, new_tokens) ->
 def test_eagle_equals_ar_tiny(tiny, tokenizer):
     head = EagleHead(tiny).eval()
     subset = EagleDraft(head, "dynamic", 3, 2, 8, vocab=torch.arange(0, tiny.config.vocab_size, 3))
-    assert_eagle_equals_ar(tiny, drafters(head) + [subset], tokenizer, 5, 24)
+    assert_eagle_equals_ar(tiny, drafters(head) + [subset, EagleDraft(head, "chain", depth=5)], tokenizer, 5, 24)
+
+
+def test_an_eagle_chain_is_the_head_top1_and_takes_a_lossy_rule(tiny, tokenizer):
+    """Chain mode drafts the dynamic tree's top-1 path, one-hot; under a rule that accepts every
+    draft the output is the head's own text (so the rule saw the head's drafts), not AR's."""
+    from lab.judge import TopKRule
+    head, prompt, target = EagleHead(tiny).eval(), prompts(tokenizer, 1)[0], Engine(tiny)
+    seen = {"chain": [], "path": []}
+    for name, drafter, take in (("chain", EagleDraft(head, "chain", depth=4), lambda p: (p[0], p[1])),
+                                ("path", EagleDraft(head, "dynamic", 4, 1, 5), lambda p: (p.tokens[1:], None))):
+        decode(target, drafter, prompt, 16, GREEDY, 4, 0, None, on_cycle=lambda c, p, *_: seen[name].append(take(p)))
+    assert seen["chain"] == seen["path"] and len(seen["chain"][0][0]) == 4
+    ar = decode(target, NoDraft(), prompt, 16, GREEDY, 0, 0, None)
+    everything = decode(target, EagleDraft(head, "chain", depth=4), prompt, 16, GREEDY, 4, 0, None,
+                        rule=TopKRule(tiny.config.vocab_size))
+    assert everything.tokens != ar.tokens and everything.accepted_per_cycle[0] == 4
 
 
 @pytest.mark.slow

@@ -82,7 +82,8 @@ def draft_vocabulary(size: int) -> torch.Tensor:
 
 class EagleDraft:
     """Drafts a tree with an EAGLE head: `static` shape (EAGLE-1) or `dynamic` (EAGLE-2's rule,
-    also EAGLE-3's).
+    also EAGLE-3's), or a `chain` of the head's top-1 drafts up to `depth` deep (the lossy rules
+    of lab/judge.py verify chains only).
 
     The head keeps its own KV cache of committed pairs (state_t, x_{t+1}), one per scored
     context position; the drafted tree's nodes are appended with an ancestor mask and cropped
@@ -93,8 +94,8 @@ class EagleDraft:
 
     def __init__(self, head, mode: str = "dynamic", depth: int = 4, top_k: int = 4, total_tokens: int = 16,
                  shape: list[tuple[int, ...]] | None = None, vocab: torch.Tensor | None = None):
-        if mode not in ("static", "dynamic") or (mode == "static") != (shape is not None):
-            raise LabError("EagleDraft: mode is 'dynamic', or 'static' with a shape (see static_shape)")
+        if mode not in ("static", "dynamic", "chain") or (mode == "static") != (shape is not None):
+            raise LabError("EagleDraft: mode is 'dynamic', 'chain', or 'static' with a shape (see static_shape)")
         self.head, self.mode, self.shape = head, mode, shape
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
         self.feature_layers = head.feature_layers
@@ -103,10 +104,10 @@ class EagleDraft:
         if own is not None:  # EAGLE-3: its own LM head over its own vocabulary
             if vocab is not None:
                 raise LabError("an EAGLE-3 head drafts over its own vocabulary: pass no vocab")
-            self.name = "eagle3" if mode == "dynamic" else "eagle3-static"
+            self.name = {"dynamic": "eagle3", "static": "eagle3-static", "chain": "eagle3-chain"}[mode]
             self.vocab, self._logits = own.cpu(), head.logits
         else:
-            self.name = "eagle1" if mode == "static" else "eagle2"
+            self.name = {"dynamic": "eagle2", "static": "eagle1", "chain": "eagle1-chain"}[mode]
             weight = head.body.lm_head.weight
             self.vocab = None if vocab is None else vocab.cpu()
             self._logits = fast_linear(weight if vocab is None else weight[vocab.to(weight.device)].contiguous())
@@ -133,9 +134,10 @@ class EagleDraft:
         self.root = (root, self._logp(root[None])[0])
 
     @torch.inference_mode()
-    def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream) -> DraftTree:
+    def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream
+                ) -> DraftTree | tuple[list[int], None]:
         if self.root is None or k < 1:  # nothing scored yet (a one-token prompt), or no room left
-            return DraftTree([context[-1]], [-1], [0.0], [1.0])
+            return ([], None) if self.mode == "chain" else DraftTree([context[-1]], [-1], [0.0], [1.0])
         base = self.cache.length  # committed pairs; the root's pair is the last of them
         predicted = {0: self.root[0]}
         slot: dict[int, int] = {}
@@ -154,7 +156,10 @@ class EagleDraft:
 
         if self.mode == "static":
             tree = static_tree(context[-1], expand, [p for p in self.shape if len(p) <= k])
+        elif self.mode == "chain":  # one child per depth: a chain, one-hot drafts (q is None)
+            depth = min(self.depth, k)
+            tree = dynamic_tree(context[-1], expand, depth, 1, depth + 1)
         else:
             tree = dynamic_tree(context[-1], expand, min(self.depth, k), self.top_k, self.total_tokens)
         self.cache.crop(base)
-        return tree
+        return (tree.tokens[1:], None) if self.mode == "chain" else tree
