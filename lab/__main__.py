@@ -263,8 +263,11 @@ def _tune(args: argparse.Namespace) -> None:
     result = tune(target, load_tokenizer(), head, max_new_tokens=args.max_new_tokens,
                   positions=args.positions, draft_vocab=draft_vocab, path=path, head_name=name)
     c = result["choice"]
+    row = next(r for r in result["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) ==
+               (c["depth"], c["top_k"], c["total_tokens"]))
     print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
-          f"predicted tau {c['predicted_tau']:.2f}, speed-up {c['predicted_speedup']:.2f}x "
+          f"predicted tau {c['predicted_tau']:.2f} (walked; {row['tau']:.2f} at uniform roots), "
+          f"speed-up {c['predicted_speedup']:.2f}x "
           f"(static tree of the same size: tau {c['static_predicted_tau']:.2f}, "
           f"{c['static_predicted_speedup']:.2f}x); draft vocabulary {result['draft_vocab_size']} "
           f"(covers {result['draft_vocab_coverage_of_tuning_responses']:.1%} of the tuning answers' tokens); "

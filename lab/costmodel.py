@@ -2,22 +2,29 @@
 
 A bigger tree accepts more tokens per cycle but costs more: the target's forward grows with
 the number of tree nodes (the T(n) curve of notebook 01) and every extra drafting depth is
-one more head step with its 49k-way LM head. The best tree maximises
+one more head step with its 49k-way LM head. The best tree maximises the predicted speed-up
+t_AR / t_spec, where T(n) is the target's forward over n positions after a cached prefix,
+draft the measured wall time of drafting the tree (every head step, top-k and reranking),
+commit the head's update with the accepted tokens' true features, and tau the mean tokens per
+cycle. Both sides are built from the same kind of timings, so that a machine drifting between
+measurements does not enter the ratio:
 
-    predicted speed-up = tau(depth, top_k, n) * t_AR / (T(n) + draft(depth, top_k) + commit + loop)
+    t_AR   = p + T(1) + loop              t_spec = p + (T(n) + draft + commit + loop) / tau
 
-where t_AR is the measured wall time per token of our AR decoding (prefill included, as in
-`bench`), T(n) the target's forward over n positions after a cached prefix, draft() the
-measured wall time of drafting the tree (every head step, top-k and reranking), commit the
-head's update with the accepted tokens' true features, loop = t_AR - T(1) the per-cycle cost
-of the decoding loop around the forward (verification, bookkeeping, prefill share; T(1) here
-is timed without a mask, as AR runs it, while T(n) is timed with a tree mask), and tau
-the mean tokens per cycle. T(n) is smoothed to a non-decreasing curve (`monotone`).
+where p is prefill per new token (paid once per answer, not per cycle), T(1) AR's own
+unmasked forward, and loop the time per cycle outside the target's forward (verification,
+bookkeeping), the last two timed inside AR decodings of the tuning prompts. T(n) is timed with
+a tree mask and smoothed to a non-decreasing curve (`monotone`).
 
 tau is measured without running the target's tree forward: on greedy continuations the
 target itself produced (MT-Bench questions that the benchmark does not use), the target's
 argmax at every tree node on the true path is simply the next token of the continuation, so
-greedy verification of any tree is a walk down the tree along the continuation.
+greedy verification of any tree is a walk down the tree along the continuation. Every tree of
+the grid is first scored at the same root positions drawn uniformly from the continuations
+(`measure_trees`, cheap); but decoding starts its cycles only where the last one ended, and
+skips the easy positions inside long accepted runs, so that average is optimistic. The best
+candidates are therefore scored again by walking each continuation cycle by cycle exactly as
+decoding does (`walk_tau`), and the choice is made on the walked tau.
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -49,6 +56,7 @@ GREEDY = Sampling(0.0, 0, 1.0)
 DEPTHS = (2, 3, 4, 5, 6)
 TOP_KS = (1, 2, 3, 4, 6, 8)
 SIZES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+WALKED = 5  # the best trees by the uniform-position tau that tuning scores again by walking
 
 
 @dataclass
@@ -69,6 +77,28 @@ class Continuation:
     prompt_len: int
     features: torch.Tensor     # [len(ids), F] the target's features at every position
     seconds: float             # wall time of the AR decoding that produced it
+    max_new_tokens: int        # the decoding's limit (a walk stops drafting where decoding did)
+    prefill_seconds: float     # of `seconds`: the prompt's forward
+    forward_seconds: float     # of `seconds`: the one-token forwards (the rest is the loop's own time)
+
+
+class _TimedEngine:
+    """An engine whose forwards are timed, so that AR's time per token splits into prefill,
+    the target's forward and the decoding loop around it."""
+
+    def __init__(self, engine):
+        self.engine, self.seconds = engine, []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def forward(self, *args, **kwargs):
+        start = time.perf_counter()
+        out = self.engine.forward(*args, **kwargs)
+        if self.engine.model.device.type == "cuda":  # GPU work is asynchronous: wait for it
+            torch.cuda.synchronize()
+        self.seconds.append(time.perf_counter() - start)
+        return out
 
 
 @torch.inference_mode()
@@ -77,12 +107,14 @@ def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int, layers
     out = []
     for p in prompts:
         ids = chat_ids(tokenizer, p.text)
-        result = decode(engine_for(target), NoDraft(), ids, max_new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
+        engine = _TimedEngine(engine_for(target))
+        result = decode(engine, NoDraft(), ids, max_new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
+        prefill = engine.seconds[0] if len(ids) > 1 else 0.0  # decode's first forward is the prompt's
         full = ids + result.tokens
         # the features as decoding sees them: from the same forward (the exact engine in bfloat16)
         hidden = engine_for(target).forward(full, hidden_layers=layers, logits=False).hidden
         out.append(Continuation(full, len(ids), torch.cat([hidden[layer] for layer in layers], -1).cpu(),
-                                result.seconds))
+                                result.seconds, max_new_tokens, prefill, sum(engine.seconds) - prefill))
     return out
 
 
@@ -148,10 +180,32 @@ def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
     }
 
 
+@torch.inference_mode()
+def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> float:
+    """tau of `drafter`'s trees as greedy decoding meets them: each continuation is walked cycle
+    by cycle from the end of its prompt, every cycle rooted where the last one ended, drafting
+    no deeper than decoding could (`decode`'s limit at the continuation's max_new_tokens) and
+    committing the true features of the accepted positions, exactly as `decode` does (bench
+    passes the tree's depth as `draft_len`). Trees only, not chains. Where the target's features do not depend on how many
+    positions are scored with them (the exact bfloat16 engine) this is decode's tau to the bit."""
+    tokens = cycles = 0
+    for c in seqs:
+        i = c.prompt_len - 1  # the root: the last token of the context
+        drafter.begin(c.ids[: i + 1])
+        drafter.commit(c.ids[: i + 1], c.features[:i])  # prefill
+        while i + 1 < len(c.ids):
+            left = c.max_new_tokens - (i + 1 - c.prompt_len)
+            proposal = drafter.propose(c.ids[: i + 1], min(draft_len, left - 1), GREEDY, RandomStream(0))
+            emitted = min(len(proposal.follow(c.ids[i + 1:])), left, len(c.ids) - 1 - i)
+            drafter.commit(c.ids[: i + 1 + emitted], c.features[i: i + emitted])
+            tokens, cycles, i = tokens + emitted, cycles + 1, i + emitted
+    return tokens / cycles
+
+
 def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tree: tuple[int, int, int],
                 prompts=None, max_new_tokens: int = 128, positions: int = 160, seed: int = 0) -> dict[str, float]:
     """tau of each head's dynamic tree of shape `tree` (depth, top-k, total tokens), counted
-    offline as `tune` counts it: on the target's greedy continuations of `prompts` (default:
+    offline as `tune` screens trees (at uniformly drawn roots): on the target's greedy continuations of `prompts` (default:
     the tuning prompts, MT-Bench 10-29), at the same `positions` root positions for every head,
     so heads of either kind are compared on identical text. The continuations are decoded once,
     with every layer any head reads."""
@@ -165,7 +219,7 @@ def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tre
     for name, head in heads.items():
         # this head's layers, in its own order, out of the concatenation of all of them
         columns = torch.cat([torch.arange(width) + layers.index(layer) * width for layer in head.feature_layers])
-        own = [Continuation(c.ids, c.prompt_len, c.features[:, columns], c.seconds) for c in seqs]
+        own = [replace(c, features=c.features[:, columns]) for c in seqs]
         rows = measure_trees(head, own, picks, depths=(depth,), top_ks=(top_k,), sizes=(total,))["dynamic"]
         out[name] = rows[0]["tau"]
     return out
@@ -240,8 +294,11 @@ def agreeing_rounds(rounds: list[dict[int, float]], measure: Callable[[], dict[i
                    "or pass --eagle-tree")
 
 
-def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_per_token: float, loop: float) -> float:
-    return row["tau"] * ar_per_token / (latency[row["total_tokens"]] + row["draft_seconds"] + commit + loop)
+def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_forward: float, loop: float,
+                      prefill: float) -> float:
+    """t_AR / t_spec of the module's formula for one tree `row` (its tau and drafting time)."""
+    cycle = latency[row["total_tokens"]] + row["draft_seconds"] + commit + loop
+    return (prefill + ar_forward + loop) / (prefill + cycle / row["tau"])
 
 
 def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_tokens: int = 128, positions: int = 160,
@@ -256,8 +313,8 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
     # This shared machine drifts by 10-20% over minutes, so the timings the prediction divides
     # are taken interleaved: three rounds, each a third of the AR continuations, then T(n) over
-    # all sizes with a tree mask, then AR's own unmasked T(1). t_AR is the mean over all the
-    # continuations (as bench measures it); each T is the fastest of its rounds.
+    # all sizes with a tree mask, then AR's own unmasked T(1). Each T is the fastest of its
+    # rounds; prefill and the loop's own time come from the continuations' decodings.
     seqs, rounds, ar_forwards = [], [], []
     for r in range(3):
         seqs += greedy_continuations(target, tokenizer, prompts[r::3], max_new_tokens, head.feature_layers)
@@ -267,26 +324,35 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
                                                             tree=True))
     measured = {n: min(r[n] for r in rounds) for n in rounds[0]}
     latency = monotone(measured)
-    ar_per_token = sum(c.seconds for c in seqs) / sum(len(c.ids) - c.prompt_len for c in seqs)
-    ar_forward = min(ar_forwards)  # AR's forward takes no mask: the loop's share of t_AR is the rest
-    loop = max(ar_per_token - ar_forward, 0.0)
+    new_tokens = sum(len(c.ids) - c.prompt_len for c in seqs)
+    ar_per_token = sum(c.seconds for c in seqs) / new_tokens  # what bench measures for AR, kept for comparison
+    ar_forward = min(ar_forwards)  # AR's forward takes no mask
+    prefill = sum(c.prefill_seconds for c in seqs) / new_tokens
+    loop = sum(c.seconds - c.prefill_seconds - c.forward_seconds for c in seqs) / new_tokens  # AR: a cycle per token
     picks = draft_positions(seqs, positions, seed)
     rank_accuracy = rank_accuracy or rank_accuracy_of(_manifest_of(head, head_name))
     vocab = draft_vocabulary(draft_vocab) if draft_vocab else None
     own = getattr(head, "vocab", None)  # an EAGLE-3 head drafts over its own vocabulary
     first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab)
     commit = first["commit_seconds"]
+    costs = (latency, commit, ar_forward, loop, prefill)
     for row in first["dynamic"]:
-        row["predicted_speedup"] = predicted_speedup(row, latency, commit, ar_per_token, loop)
-    best = max(first["dynamic"], key=lambda r: r["predicted_speedup"])
+        row["predicted_speedup"] = predicted_speedup(row, *costs)
+    # screened on the uniform positions, decided on the walk (the module's docstring says why)
+    for row in sorted(first["dynamic"], key=lambda r: r["predicted_speedup"], reverse=True)[:WALKED]:
+        drafter = EagleDraft(head, "dynamic", row["depth"], row["top_k"], row["total_tokens"], vocab=vocab)
+        _walk(row, drafter, seqs, costs)
+    best = max((r for r in first["dynamic"] if "walked_tau" in r), key=lambda r: r["walked_predicted_speedup"])
     static = measure_trees(head, seqs, picks, depths=(best["depth"],), top_ks=(best["top_k"],), sizes=sizes,
                            static_depth=best["depth"], rank_accuracy=rank_accuracy, vocab=vocab)["static"]
     for row in static:
-        row["predicted_speedup"] = predicted_speedup(row, latency, commit, ar_per_token, loop)
+        row["predicted_speedup"] = predicted_speedup(row, *costs)
     same = next(r for r in static if r["total_tokens"] == best["total_tokens"])
-    choice = TreeChoice(best["depth"], best["top_k"], best["total_tokens"], round(best["tau"], 4),
-                        round(best["predicted_speedup"], 4), round(same["tau"], 4), round(same["predicted_speedup"], 4),
-                        draft_vocab)
+    shape = static_shape(best["total_tokens"], best["depth"], rank_accuracy)
+    _walk(same, EagleDraft(head, "static", shape=shape, vocab=vocab), seqs, costs)
+    choice = TreeChoice(best["depth"], best["top_k"], best["total_tokens"], round(best["walked_tau"], 4),
+                        round(best["walked_predicted_speedup"], 4), round(same["walked_tau"], 4),
+                        round(same["walked_predicted_speedup"], 4), draft_vocab)
     responses = torch.tensor([t for c in seqs for t in c.ids[c.prompt_len:]])
     drafted = own.cpu() if own is not None else vocab
     coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
@@ -298,8 +364,10 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
               "target_latency_rounds": len(rounds),
               "target_latency_spread": {str(k): round(v, 4) for k, v in spread(rounds).items()},
               "target_latency_seconds": {str(k): v for k, v in latency.items()},  # monotone(measured)
-              "ar_forward_seconds": ar_forward, "loop_seconds": loop,
-              "commit_seconds": commit, "ar_seconds_per_token": ar_per_token, "positions": first["positions"],
+              "ar_forward_seconds": ar_forward, "loop_seconds": loop, "prefill_seconds_per_token": prefill,
+              "commit_seconds": commit, "ar_seconds_per_token": ar_per_token,
+              "predicted_ar_seconds_per_token": prefill + ar_forward + loop, "positions": first["positions"],
+              "walked_trees": WALKED,
               "draft_vocab": draft_vocab, "draft_vocab_coverage_of_tuning_responses": coverage,
               "draft_vocab_size": len(drafted) if drafted is not None else "all",
               "choice": asdict(choice), "dynamic": first["dynamic"], "static": static,
@@ -307,6 +375,13 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     if path:
         write_json(path, result)
     return result
+
+
+def _walk(row: dict, drafter: EagleDraft, seqs: list[Continuation], costs: tuple) -> None:
+    """Add a tuning row's walked tau and the speed-up predicted from it beside its
+    uniform-position figures (`tau`, `predicted_speedup`, which every row has)."""
+    row["walked_tau"] = walk_tau(drafter, seqs, row["depth"])
+    row["walked_predicted_speedup"] = predicted_speedup({**row, "tau": row["walked_tau"]}, *costs)
 
 
 def _manifest_of(head, name: str | None = None) -> dict:
@@ -364,8 +439,8 @@ def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = No
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])
     same = [r for r in tuned["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) == (depth, top_k, total_tokens)]
     static = [r for r in tuned["static"] if (r["depth"], r["total_tokens"]) == (depth, total_tokens)]
-    def pick(rows: list[dict], key: str) -> float | None:
-        return round(rows[0][key], 4) if rows else None
+    def pick(rows: list[dict], key: str) -> float | None:  # the walked figure where tuning walked that tree
+        return round(rows[0].get(f"walked_{key}", rows[0][key]), 4) if rows else None
     return TreeChoice(depth, top_k, total_tokens, pick(same, "tau"), pick(same, "predicted_speedup"),
                       pick(static, "tau"), pick(static, "predicted_speedup"), tuned["choice"]["draft_vocab"])
 

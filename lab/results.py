@@ -116,13 +116,19 @@ def _catalogue() -> list[str]:
 def _tree_choices() -> list[str]:
     lines = ["## EAGLE tree choices", "", "The tree each `python -m lab tune tree` run chose and the cost "
              "model's prediction for it; `bench` and `generate` read the file named for their head and "
-             "dtype (`lab.costmodel.choice_path`).", "",
-             "| file | command | commit | head | dtype | " + " | ".join(TREE_COLUMNS) + " |",
-             "|" + "---|" * (5 + len(TREE_COLUMNS))]
+             "dtype (`lab.costmodel.choice_path`). `predicted_tau` is walked as decoding walks; "
+             "`uniform_tau` is the same tree's average at uniformly drawn roots, which tuning screens "
+             "with (a tuning from before the walk predicted from that average).", "",
+             "| file | command | commit | head | dtype | " + " | ".join(TREE_COLUMNS) + " | uniform_tau |",
+             "|" + "---|" * (6 + len(TREE_COLUMNS))]
     for path in sorted(DATA_DIR.glob("eagle/tree_choice*.json")):
         t = _load(path)
+        c = t["choice"]
+        row = next((r for r in t["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) ==
+                    (c["depth"], c["top_k"], c["total_tokens"])), {})
         cells = [f"`{repo_path(path)}`", f"`{t['command']}`", _commit(t), t.get("head", ""), t.get("dtype", "")]
-        lines.append("| " + " | ".join(cells + [_number(t["choice"].get(c)) for c in TREE_COLUMNS]) + " |")
+        lines.append("| " + " | ".join(cells + [_number(c.get(k)) for k in TREE_COLUMNS]
+                                       + [_number(row.get("tau"))]) + " |")
     return lines + [""]
 
 

@@ -216,8 +216,12 @@ def test_head_loss_feature_term_is_zero_for_a_perfect_prediction(tiny):
     assert feature == 0.0
 
 
-def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer):
+def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, monkeypatch):
+    import lab.costmodel as costmodel
     from lab.costmodel import predicted_speedup, tune
+    # the tiny target's forwards take a few ms and their rounds may disagree on a loaded machine;
+    # the refusal is tested on its own (test_tuning_refuses_rounds_a_busy_machine_made_disagree)
+    monkeypatch.setattr(costmodel, "agreeing_rounds", lambda rounds, measure: rounds)
     result = tune(tiny, tokenizer, EagleHead(tiny).eval(), prompts=mt_bench(2), max_new_tokens=10, positions=6,
                   prefix=16, path=None, rank_accuracy=[0.3, 0.1], depths=(2, 3), top_ks=(1, 2), sizes=(2, 4))
     latency = {int(k): v for k, v in result["target_latency_seconds"].items()}
@@ -225,18 +229,62 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer):
     # every size the tree can reach (depth 2, top-1 drafts only 3 nodes with the root)
     possible = {(d, k, n) for d in (2, 3) for k in (1, 2) for n in (2, 4) if n <= 1 + k + (d - 1) * k * k}
     assert {(r["depth"], r["top_k"], r["total_tokens"]) for r in rows} == possible
+    costs = [result[k] for k in ("commit_seconds", "ar_forward_seconds", "loop_seconds", "prefill_seconds_per_token")]
     for r in rows:
         assert 1 <= r["tau"] <= r["total_tokens"]
-        assert r["predicted_speedup"] == predicted_speedup(r, latency, result["commit_seconds"],
-                                                           result["ar_seconds_per_token"], result["loop_seconds"])
-    assert result["loop_seconds"] == max(result["ar_seconds_per_token"] - result["ar_forward_seconds"], 0.0)
+        assert r["predicted_speedup"] == predicted_speedup(r, latency, *costs)
+    assert result["prefill_seconds_per_token"] > 0 and result["loop_seconds"] > 0
+    # the best trees by the uniform-position tau were walked, each priced with its walked tau,
+    # and the choice is the best walked one
+    walked = [r for r in rows if "walked_tau" in r]
+    assert len(walked) == min(result["walked_trees"], len(rows))
+    assert min(r["predicted_speedup"] for r in walked) >= max(r["predicted_speedup"] for r in rows if r not in walked)
+    for r in walked:
+        assert 1 <= r["walked_tau"] <= r["total_tokens"]
+        assert r["walked_predicted_speedup"] == predicted_speedup({**r, "tau": r["walked_tau"]}, latency, *costs)
     assert result["dtype"] == "float32" and len(result["tuning_prompts"]) == 2
     measured = {int(k): v for k, v in result["target_latency_seconds_measured"].items()}
     assert all(latency[a] <= latency[b] for a, b in zip(sorted(latency), sorted(latency)[1:]))
     assert set(measured) == set(latency)
-    best = max(rows, key=lambda r: r["predicted_speedup"])
-    assert result["choice"]["predicted_speedup"] == round(best["predicted_speedup"], 4)
+    best = max(walked, key=lambda r: r["walked_predicted_speedup"])
+    assert result["choice"]["predicted_speedup"] == round(best["walked_predicted_speedup"], 4)
+    assert result["choice"]["predicted_tau"] == round(best["walked_tau"], 4)
     assert [r["total_tokens"] for r in result["static"]] == [2, 4]
+
+
+def test_ar_time_splits_into_prefill_forwards_and_the_loop(tiny, tokenizer):
+    """The timed engine sees decode's prefill first, then one forward per new token."""
+    from lab.costmodel import _TimedEngine, greedy_continuations
+    engine = _TimedEngine(Engine(tiny))
+    prompt = prompts(tokenizer, 1)[0]
+    out = decode(engine, NoDraft(), prompt, 12, GREEDY, 0, 0, None)
+    assert len(engine.seconds) == 1 + len(out.tokens) and engine.forwards == len(engine.seconds)
+    c = greedy_continuations(tiny, tokenizer, mt_bench(1), 12, (tiny.config.num_hidden_layers,))[0]
+    assert c.ids[c.prompt_len:] == decode(Engine(tiny), NoDraft(), c.ids[: c.prompt_len], 12, GREEDY, 0, 0,
+                                          tokenizer.eos_token_id).tokens
+    assert 0 < c.prefill_seconds and 0 < c.forward_seconds and c.prefill_seconds + c.forward_seconds < c.seconds
+
+
+@pytest.mark.slow
+def test_walked_tau_is_decodes_tau_on_the_exact_engine(target_bf16, tokenizer):
+    """On the batch-invariant engine the tuner's walk along AR's continuations reproduces
+    decode's tau for dynamic and static trees to the bit."""
+    from lab.costmodel import greedy_continuations, walk_tau
+    from lab.engine import engine_for
+    head = load_head(target_bf16)
+    questions = mt_bench()[10:13]
+    seqs = greedy_continuations(target_bf16, tokenizer, questions, 48, head.feature_layers)
+    shape = static_shape(8, 3, [0.5, 0.2, 0.1])
+    for make, depth in ((lambda: EagleDraft(head, "dynamic", 3, 4, 8), 3),
+                        (lambda: EagleDraft(head, "static", shape=shape), 3)):
+        tokens = cycles = 0
+        for q, c in zip(questions, seqs):
+            out = decode(engine_for(target_bf16), make(), chat_ids(tokenizer, q.text), 48, GREEDY, depth, 0,
+                         tokenizer.eos_token_id)
+            assert out.tokens == c.ids[c.prompt_len:]
+            tokens, cycles = tokens + len(out.tokens), cycles + out.cycles
+        assert tokens / cycles > 1.3  # the head does accept drafts: the walk has runs to skip
+        assert walk_tau(make(), seqs, depth) == tokens / cycles
 
 
 def test_training_resumes_from_a_checkpoint_and_refuses_a_wrong_one(tiny, tmp_path, monkeypatch):
