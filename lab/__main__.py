@@ -249,7 +249,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 def _tune(args: argparse.Namespace) -> None:
     from .artifacts import repo_path
-    from .costmodel import choice_path, tune
+    from .costmodel import choice_path, choice_row, tune
     from .models import load_target, load_tokenizer
     target = load_target(args.dtype)
     name = args.name or args.head
@@ -262,9 +262,7 @@ def _tune(args: argparse.Namespace) -> None:
         head, draft_vocab = load_head(target, path=head_path(name)), args.draft_vocab
     result = tune(target, load_tokenizer(), head, max_new_tokens=args.max_new_tokens,
                   positions=args.positions, draft_vocab=draft_vocab, path=path, head_name=name)
-    c = result["choice"]
-    row = next(r for r in result["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) ==
-               (c["depth"], c["top_k"], c["total_tokens"]))
+    c, row = result["choice"], choice_row(result)
     print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
           f"predicted tau {c['predicted_tau']:.2f} (walked; {row['tau']:.2f} at uniform roots), "
           f"speed-up {c['predicted_speedup']:.2f}x "

@@ -13,8 +13,9 @@ measurements does not enter the ratio:
 
 where p is prefill per new token (paid once per answer, not per cycle), T(1) AR's own
 unmasked forward, and loop the time per cycle outside the target's forward (verification,
-bookkeeping), the last two timed inside AR decodings of the tuning prompts. T(n) is timed with
-a tree mask and smoothed to a non-decreasing curve (`monotone`).
+bookkeeping). p and loop are timed inside AR decodings of the tuning prompts; T(1), like T(n),
+is the fastest of interleaved rounds at a fixed prefix (T(n) with a tree mask), smoothed to a
+non-decreasing curve (`monotone`).
 
 tau is measured without running the target's tree forward: on greedy continuations the
 target itself produced (MT-Bench questions that the benchmark does not use), the target's
@@ -186,8 +187,9 @@ def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> f
     by cycle from the end of its prompt, every cycle rooted where the last one ended, drafting
     no deeper than decoding could (`decode`'s limit at the continuation's max_new_tokens) and
     committing the true features of the accepted positions, exactly as `decode` does (bench
-    passes the tree's depth as `draft_len`). Trees only, not chains. Where the target's features do not depend on how many
-    positions are scored with them (the exact bfloat16 engine) this is decode's tau to the bit."""
+    passes the tree's depth as `draft_len`). Trees only, not chains. Where the target's
+    features do not depend on how many positions are scored with them (the exact bfloat16
+    engine) this is decode's tau to the bit."""
     tokens = cycles = 0
     for c in seqs:
         i = c.prompt_len - 1  # the root: the last token of the context
@@ -205,9 +207,10 @@ def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> f
 def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tree: tuple[int, int, int],
                 prompts=None, max_new_tokens: int = 128, positions: int = 160, seed: int = 0) -> dict[str, float]:
     """tau of each head's dynamic tree of shape `tree` (depth, top-k, total tokens), counted
-    offline as `tune` screens trees (at uniformly drawn roots): on the target's greedy continuations of `prompts` (default:
-    the tuning prompts, MT-Bench 10-29), at the same `positions` root positions for every head,
-    so heads of either kind are compared on identical text. The continuations are decoded once,
+    offline as `tune` screens trees (at uniformly drawn roots): on the target's greedy
+    continuations of `prompts` (default: the tuning prompts, MT-Bench 10-29), at the same
+    `positions` root positions for every head, so heads of either kind are compared on
+    identical text. The continuations are decoded once,
     with every layer any head reads."""
     prompts = mt_bench()[10:30] if prompts is None else prompts
     layers = sorted({layer for head in heads.values() for layer in head.feature_layers})
@@ -429,7 +432,8 @@ def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = No
     """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
     tuning; an EAGLE-3 head over its own), with the tuner's predictions for it where the
     tuning measured that tree with the target in the same dtype (another dtype has another
-    T(n), so no prediction). `head` names the head file whose tuning applies, `kind` (eagle1 or
+    T(n), so no prediction); the walked figures where tuning walked that tree, the (optimistic)
+    uniform-root ones otherwise. `head` names the head file whose tuning applies, `kind` (eagle1 or
     eagle3) what it is: by default the same as `head`."""
     path = path or choice_path(dtype, head)
     if not path.exists():
@@ -464,12 +468,17 @@ def batch_speedups(tau: float, latency: dict[tuple[int, int], float], n: int, dr
     return out
 
 
+def choice_row(tuned: dict) -> dict:
+    """The grid row of a `tune` result's chosen tree (its uniform-root and walked figures)."""
+    c = tuned["choice"]
+    return next(r for r in tuned["dynamic"]
+                if (r["depth"], r["top_k"], r["total_tokens"]) == (c["depth"], c["top_k"], c["total_tokens"]))
+
+
 def tuned_cycle_costs(path: Path) -> dict:
     """From a `tune` file: the chosen tree's size and what one drafting cycle cost on the
     tuning machine at batch 1 (drafting the tree plus committing the accepted features)."""
     tuned = json.loads(path.read_text())
-    c = tuned["choice"]
-    row = next(r for r in tuned["dynamic"]
-               if (r["depth"], r["top_k"], r["total_tokens"]) == (c["depth"], c["top_k"], c["total_tokens"]))
+    c, row = tuned["choice"], choice_row(tuned)
     return {"total_tokens": c["total_tokens"], "draft_seconds": row["draft_seconds"],
             "commit_seconds": tuned["commit_seconds"], "machine": tuned["machine"]["cpu"], "command": tuned["command"]}

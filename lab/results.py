@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .artifacts import atomic_write, repo_path
 from .bench import PEERS, format_table, verification_line
+from .costmodel import choice_row
 from .endtoend import format_end_to_end
 from .errors import LabError
 from .figures import load_manifest
@@ -123,9 +124,7 @@ def _tree_choices() -> list[str]:
              "|" + "---|" * (6 + len(TREE_COLUMNS))]
     for path in sorted(DATA_DIR.glob("eagle/tree_choice*.json")):
         t = _load(path)
-        c = t["choice"]
-        row = next((r for r in t["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) ==
-                    (c["depth"], c["top_k"], c["total_tokens"])), {})
+        c, row = t["choice"], choice_row(t)
         cells = [f"`{repo_path(path)}`", f"`{t['command']}`", _commit(t), t.get("head", ""), t.get("dtype", "")]
         lines.append("| " + " | ".join(cells + [_number(c.get(k)) for k in TREE_COLUMNS]
                                        + [_number(row.get("tau"))]) + " |")
