@@ -210,8 +210,7 @@ def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tre
     offline as `tune` screens trees (at uniformly drawn roots): on the target's greedy
     continuations of `prompts` (default: the tuning prompts, MT-Bench 10-29), at the same
     `positions` root positions for every head, so heads of either kind are compared on
-    identical text. The continuations are decoded once,
-    with every layer any head reads."""
+    identical text. The continuations are decoded once, with every layer any head reads."""
     prompts = mt_bench()[10:30] if prompts is None else prompts
     layers = sorted({layer for head in heads.values() for layer in head.feature_layers})
     seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, tuple(layers))
