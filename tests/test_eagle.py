@@ -216,12 +216,8 @@ def test_head_loss_feature_term_is_zero_for_a_perfect_prediction(tiny):
     assert feature == 0.0
 
 
-def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, monkeypatch):
-    import lab.costmodel as costmodel
+def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, trusted_timings):
     from lab.costmodel import predicted_speedup, tune
-    # the tiny target's forwards take a few ms and their rounds may disagree on a loaded machine;
-    # the refusal is tested on its own (test_tuning_refuses_rounds_a_busy_machine_made_disagree)
-    monkeypatch.setattr(costmodel, "agreeing_rounds", lambda rounds, measure: rounds)
     result = tune(tiny, tokenizer, EagleHead(tiny).eval(), prompts=mt_bench(2), max_new_tokens=10, positions=6,
                   prefix=16, path=None, rank_accuracy=[0.3, 0.1], depths=(2, 3), top_ks=(1, 2), sizes=(2, 4))
     latency = {int(k): v for k, v in result["target_latency_seconds"].items()}

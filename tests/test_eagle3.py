@@ -316,7 +316,7 @@ def test_two_processes_train_what_one_process_trains(tmp_path):
     assert json.loads((tmp_path / "two.json").read_text())["optimiser"]["processes"] == 2
 
 
-def test_the_tuner_prices_eagle3_trees_over_the_heads_own_vocabulary(tiny, tokenizer):
+def test_the_tuner_prices_eagle3_trees_over_the_heads_own_vocabulary(tiny, tokenizer, trusted_timings):
     from lab.costmodel import tune
     from lab.data import mt_bench
     head = random_head(tiny, every=4)
