@@ -28,6 +28,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from .engine import engine_for
 from .errors import LabError
+from .exact import fast_linear
 from .models import TARGET_NAME
 from .paths import DATA_DIR
 
@@ -57,14 +58,15 @@ class EagleHead(nn.Module):
         self.body.model.norm = nn.Identity()
         self.to(target.dtype)
 
-    def fuse(self, features: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
-        """Pairs (f_t, x_{t+1}) -> the decoder layer's input vectors [..., H]."""
+    def fuse(self, features: torch.Tensor | None, tokens: torch.Tensor, fc=None) -> torch.Tensor:
+        """Pairs (f_t, x_{t+1}) -> the decoder layer's input vectors [..., H]; `fc` replaces
+        self.fc (drafting passes its packed copy)."""
         parts = []
         if "feature" in self.inputs:
             parts.append(features)
         if "token" in self.inputs:
             parts.append(self.body.model.embed_tokens(tokens))
-        return self.fc(torch.cat(parts, -1))
+        return (fc or self.fc)(torch.cat(parts, -1))
 
     def forward(self, features: torch.Tensor | None, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -96,6 +98,7 @@ class Eagle1Cache:
     def __init__(self, head: EagleHead):
         self.head, self.engine = head, engine_for(head.body)
         self.device = head.body.device
+        self.fc = fast_linear(head.fc.weight, head.fc.bias)  # the drafting copy of head.fuse's fc
 
     @property
     def length(self) -> int:
@@ -110,7 +113,7 @@ class Eagle1Cache:
     def run(self, states: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None,
             positions: torch.Tensor | None = None) -> torch.Tensor:
         """Pairs (state [n, H], token [n]) after the cache -> output states [n, H]."""
-        embeds = self.head.fuse(states, tokens.to(self.device))
+        embeds = self.head.fuse(states, tokens.to(self.device), self.fc)
         return self.engine.forward(None, mask=mask, positions=positions, hidden_layers=(1,), embeds=embeds,
                                    logits=False).hidden[1]
 

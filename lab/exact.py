@@ -123,14 +123,20 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
-def fast_linear(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x -> x @ weight.T, packed once for oneDNN when the weight is bfloat16 on a CPU that runs the
-    exact engine (a drafter's LM head over its vocabulary: speed only, drafts need no exactness),
-    plain `F.linear` otherwise."""
+def fast_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x -> x @ weight.T (+ bias), packed once for oneDNN when the weight is bfloat16 on a CPU that
+    runs the exact engine (a drafter's LM head over its vocabulary, an EAGLE head's fc: speed
+    only, drafts need no exactness), plain `F.linear` otherwise. Unpacked bfloat16 products are
+    slow on a CPU without AMX: the EAGLE-1 head's 2H -> H fc took a fifth of a millisecond for
+    four rows, packed a tenth of that."""
     if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or bf16_support() is not None:
-        return lambda x: torch.nn.functional.linear(x, weight)
-    packed = _pack(weight)
-    return lambda x: packed_linear(x.to(torch.bfloat16).reshape(-1, x.shape[-1]), packed).reshape(*x.shape[:-1], -1)
+        return lambda x: torch.nn.functional.linear(x, weight, bias)
+    packed, bias = _pack(weight), None if bias is None else bias.detach()
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        out = packed_linear(x.to(torch.bfloat16).reshape(-1, x.shape[-1]), packed).reshape(*x.shape[:-1], -1)
+        return out if bias is None else out + bias
+    return linear
 
 
 class _Layer:
@@ -224,13 +230,12 @@ class ExactEngine:
 
     def keep(self, start: int, indices: list[int]) -> None:
         """Keep positions [0, start) plus start + indices, in that order (an accepted path).
-        A path that is already a prefix costs nothing (the common case: a crop)."""
-        index = torch.as_tensor(indices, dtype=torch.long)
-        if torch.equal(index, torch.arange(len(indices))):
-            self.length = start + len(indices)
-            return
-        self.keys[..., start: start + len(indices)] = self.keys[..., start + index]
-        self.values[:, :, start: start + len(indices)] = self.values[:, :, start + index]
+        Only the positions that move are copied, one slice each (path [0, 2, 5]: 0.10 ms, against
+        0.15 ms for a gather of the whole path); a path that is already a prefix costs nothing. A path's nodes increase, so no copy overwrites a later source."""
+        for offset, node in enumerate(indices):
+            if node != offset:
+                self.keys[..., start + offset] = self.keys[..., start + node]
+                self.values[:, :, start + offset] = self.values[:, :, start + node]
         self.length = start + len(indices)
 
     @torch.inference_mode()
