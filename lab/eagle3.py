@@ -142,6 +142,18 @@ class Eagle3Head(nn.Module):
         self.norm.weight.copy_(target.model.norm.weight)
         self.lm_head.weight.copy_(target.lm_head.weight[self.vocab.to(target.lm_head.weight.device)])
 
+    @torch.no_grad()
+    def pass_high_tap(self) -> None:
+        """Start fc as the identity on the high tap (zeros on the low and middle ones), so that
+        the layer's first input state is the target's own residual stream three layers below
+        the top: together with `copy_target_output` the untrained head then reads out roughly
+        what the target's upper layers would, instead of a random projection of three layers."""
+        if self.taps != "fused":
+            raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
+        hidden = self.config.hidden_size
+        self.fc.weight.zero_()
+        self.fc.weight[:, 2 * hidden:].copy_(torch.eye(hidden))
+
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """The target's concatenated taps [..., 3H] -> the layer's input state g [..., H]."""
         return self.fc(features)

@@ -244,6 +244,19 @@ def test_the_target_output_init_reads_out_as_the_target_does(tiny):
     assert torch.equal(head.logits(states), want)
 
 
+def test_the_high_tap_init_passes_the_high_layer_through(tiny):
+    """--fc-init high: before any training fc hands the layer the high tap unchanged; the top-only
+    ablation has no high tap to pass and is refused."""
+    head = Eagle3Head(tiny, torch.arange(3, tiny.config.vocab_size, 5))
+    h = tiny.config.hidden_size
+    features = torch.randn(4, 3 * h, generator=torch.Generator().manual_seed(0))
+    assert not torch.allclose(head.project(features), features[:, 2 * h:])
+    head.pass_high_tap()
+    assert torch.equal(head.project(features), features[:, 2 * h:])
+    with pytest.raises(LabError, match="fused"):
+        Eagle3Head(tiny, head.vocab, taps="top").pass_high_tap()
+
+
 def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkeypatch):
     import lab.train.checkpoint as checkpoint
     out = tmp_path / "head3.safetensors"

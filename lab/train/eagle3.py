@@ -215,7 +215,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
                  init: Path | None = None, resume: bool = False, out: Path | None = None, target=None,
                  data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
                  train_prompts: int | None = None, taps: str = "fused", bf16_autocast: bool = True,
-                 progress: bool = True, device: str | None = None, output_init: str = "random") -> Path:
+                 progress: bool = True, device: str | None = None, output_init: str = "random",
+                 fc_init: str = "random") -> Path:
     """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
     cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
     data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
@@ -227,7 +228,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     under torchrun); the head is evaluated and saved from the CPU. `eval_prompts=0` skips the
     held-out evaluation (`python -m lab evaluate NAME --prompts 64` adds it later).
     `output_init="target"` starts a new head's final norm and LM head from the target's
-    (`Eagle3Head.copy_target_output`)."""
+    (`Eagle3Head.copy_target_output`); `fc_init="high"` starts its fc as the identity on the
+    high tap (`Eagle3Head.pass_high_tap`)."""
     commit = git_commit()
     rank, world, device = _distributed(device)
     torch.manual_seed(seed)
@@ -256,6 +258,10 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
             head.copy_target_output(target)
         elif output_init != "random":
             raise LabError(f"unknown --output-init {output_init!r}: choose random or target")
+        if fc_init == "high":
+            head.pass_high_tap()
+        elif fc_init != "random":
+            raise LabError(f"unknown --fc-init {fc_init!r}: choose random or high")
     head.to(device)
     init_record = None if init is None else {
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
@@ -271,7 +277,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": taps,
              "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
              "train_prompts": train_prompts, "init": None if init is None else repo_path(init), "world": world,
-             "output_init": output_init}
+             "output_init": output_init, "fc_init": fc_init}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     state = ckpt.resume(head, optim, rng) if resume else None
     step, spent, history = (state["step"], state["spent"], state["history"]) if state else (0, 0.0, [])
@@ -315,6 +321,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         save_head(head, out)
         settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,
                     "bf16_autocast": bf16_autocast, "device": str(device), "output_init": output_init,
+                    "fc_init": fc_init,
                     "train_prompts": train_prompts, "world": world, "reply_feature_dtype": reply_feature_dtype}
         write_json(out.with_suffix(".json"), _manifest(head, out, commit, data, sources, feature_sets, train, heldout,
                                                        init_record, extract_seconds, history, step, spent, settings))
@@ -348,6 +355,8 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                               "vocabulary (renormalised), masked where the target's argmax is outside it",
                       "feature_regression": None,
                       "output_init": "final norm and LM head from the target's" if settings["output_init"] == "target"
+                      else "random" if init_record is None else "continued",
+                      "fc_init": "the identity on the high tap" if settings["fc_init"] == "high"
                       else "random" if init_record is None else "continued"},
         "data": {"file": regen.get("artifact"), "train_sequences": len(train), "train_response_tokens": response_tokens,
                  "train_prompts_limit": settings["train_prompts"],
