@@ -100,6 +100,9 @@ class Eagle1Cache:
         self.device = head.body.device
         self.fc = fast_linear(head.fc.weight, head.fc.bias)  # the drafting copy of head.fuse's fc
 
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head.project(features)
+
     @property
     def length(self) -> int:
         return self.engine.length

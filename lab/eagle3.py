@@ -28,6 +28,7 @@ from torch import nn
 
 from .artifacts import atomic_write
 from .errors import LabError
+from .exact import fast_linear
 from .models import TARGET_NAME
 from .paths import DATA_DIR
 
@@ -82,22 +83,28 @@ class Eagle3Layer(nn.Module):
         rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
         return x * cos + rotated * sin
 
-    def qkv(self, state: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor):
+    def projections(self) -> dict[str, nn.Module]:
+        """The seven linears by name; a drafter passes packed copies of them instead (`proj`)."""
+        return {**self.self_attn, **self.mlp}
+
+    def qkv(self, state: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor, proj: dict | None = None):
         """state, embeds [..., n, H], positions [..., n] -> q [..., heads, n, d], k and v
         [..., heads, n, d] (grouped key/value heads already repeated)."""
+        proj = proj or self.projections()
         x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(state)], -1)
         split = lambda t, h: t.unflatten(-1, (h, self.head_dim)).transpose(-2, -3)  # noqa: E731
-        q = self._rope(split(self.self_attn["q_proj"](x), self.heads), positions)
-        k = self._rope(split(self.self_attn["k_proj"](x), self.kv_heads), positions)
-        v = split(self.self_attn["v_proj"](x), self.kv_heads)
+        q = self._rope(split(proj["q_proj"](x), self.heads), positions)
+        k = self._rope(split(proj["k_proj"](x), self.kv_heads), positions)
+        v = split(proj["v_proj"](x), self.kv_heads)
         group = self.heads // self.kv_heads
         return q, k.repeat_interleave(group, -3), v.repeat_interleave(group, -3)
 
-    def finish(self, state: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    def finish(self, state: torch.Tensor, attended: torch.Tensor, proj: dict | None = None) -> torch.Tensor:
         """attended [..., heads, n, d] -> the layer's output state [..., n, H]."""
-        h = state + self.self_attn["o_proj"](attended.transpose(-2, -3).flatten(-2))
+        proj = proj or self.projections()
+        h = state + proj["o_proj"](attended.transpose(-2, -3).flatten(-2))
         x = self.post_attention_layernorm(h)
-        return h + self.mlp["down_proj"](F.silu(self.mlp["gate_proj"](x)) * self.mlp["up_proj"](x))
+        return h + proj["down_proj"](F.silu(proj["gate_proj"](x)) * proj["up_proj"](x))
 
 
 TAPS = ("fused", "top")
@@ -208,12 +215,23 @@ class Eagle3Head(nn.Module):
 
 class Eagle3Cache:
     """The head's keys and values for one sequence while drafting: committed true pairs first,
-    then the tree nodes fed in the current round (cropped away after it)."""
+    then the tree nodes fed in the current round (cropped away after it). It drafts with copies
+    of the head's linears packed for oneDNN when the head is bfloat16 on a CPU (`fast_linear`:
+    unpacked bfloat16 products are slow without AMX; in float32 the copies are the same
+    products): `project` and `logits` are the head's own, computed that way."""
 
     def __init__(self, head: Eagle3Head):
         self.head = head
         self.device = head.fc.weight.device
+        self.fc, self.lm_head = fast_linear(head.fc.weight), fast_linear(head.lm_head.weight)
+        self.proj = {name: fast_linear(module.weight) for name, module in head.midlayer.projections().items()}
         self.reset()
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        return self.fc(features)
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.head.norm(states))
 
     def reset(self) -> None:
         self.keys = self.values = None
@@ -233,14 +251,14 @@ class Eagle3Cache:
         n = len(tokens)
         positions = torch.arange(self.length, self.length + n) if positions is None else positions
         q, k, v = self.head.midlayer.qkv(states, self.head.embed_tokens(tokens.to(self.device)),
-                                         positions.to(self.device))
+                                         positions.to(self.device), self.proj)
         self.keys = k if self.keys is None else torch.cat([self.keys, k], -2)
         self.values = v if self.values is None else torch.cat([self.values, v], -2)
         if mask is None:
             mask = torch.ones(n, self.length + n, dtype=torch.bool).tril(self.length)
         self.length += n
         attended = F.scaled_dot_product_attention(q, self.keys, self.values, attn_mask=mask.to(self.device))
-        return self.head.midlayer.finish(states, attended)
+        return self.head.midlayer.finish(states, attended, self.proj)
 
 
 # ---- files: the lab's own (fp16, with metadata) and the serving engines' layout ------------

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft
@@ -68,6 +69,27 @@ def test_unrolled_steps_equal_drafting_one_step_at_a_time(tiny):
         for s in range(1, min(steps, t_len - t)):
             state = cache.run(state, tokens[0, t + s: t + s + 1])
             torch.testing.assert_close(state[0], outs[s][0, t], rtol=1e-4, atol=1e-4)
+
+
+def test_the_bfloat16_drafting_copies_compute_the_heads_own_layer(tiny):
+    """In bfloat16 the drafting cache runs packed copies of the head's linears (`fast_linear`,
+    where this CPU runs them): the same layer and readout as the head's modules, up to bfloat16
+    rounding. A copy wired to the wrong weight would be off by the states' whole size."""
+    import copy
+    head = copy.deepcopy(random_head(tiny)).to(torch.bfloat16)
+    h, n = tiny.config.hidden_size, 6
+    gen = torch.Generator().manual_seed(0)
+    features = torch.randn(n, 3 * h, generator=gen).to(torch.bfloat16)
+    tokens = torch.randint(0, tiny.config.vocab_size, (n,), generator=gen)
+    with torch.inference_mode():
+        cache = head.drafter_state()
+        got = cache.run(cache.project(features), tokens)
+        state = head.project(features)
+        q, k, v = head.midlayer.qkv(state, head.embed_tokens(tokens), torch.arange(n))
+        want = head.midlayer.finish(state, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        relative = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm())  # noqa: E731
+        assert relative(got, want) < 0.02
+        assert relative(cache.logits(got), head.logits(want)) < 0.05
 
 
 def test_the_drawn_attention_mask_is_what_the_unrolled_forward_computes(tiny):

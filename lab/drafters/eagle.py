@@ -1,10 +1,10 @@
 """EagleDraft: an EAGLE head (lab/eagle.py's EAGLE-1 head or lab/eagle3.py's EAGLE-3 head)
 drafting a tree: EAGLE-1's static shape or EAGLE-2's dynamic expand-and-rerank.
 
-Both heads look the same from here. `head.project(features)` turns the target's features at a
-scored position into the head's input state (EAGLE-1: the top feature itself; EAGLE-3: fc over
-three layers); `head.drafter_state()` is a cache that runs pairs (state, next token) through
-the head's one layer and returns output states, which stand in for the next position's state
+Both heads look the same from here. `head.drafter_state()` is a cache whose `project(features)`
+turns the target's features at a scored position into the head's input state (EAGLE-1: the top
+feature itself; EAGLE-3: fc over three layers) and whose `run` feeds pairs (state, next token)
+through the head's one layer and returns output states, which stand in for the next position's state
 when drafting deeper; and the draft logits come from the target's LM head restricted to a
 vocabulary subset (EAGLE-1) or from the head's own LM head over its own vocabulary (EAGLE-3).
 """
@@ -105,7 +105,7 @@ class EagleDraft:
             if vocab is not None:
                 raise LabError("an EAGLE-3 head drafts over its own vocabulary: pass no vocab")
             self.name = {"dynamic": "eagle3", "static": "eagle3-static", "chain": "eagle3-chain"}[mode]
-            self.vocab, self._logits = own.cpu(), head.logits
+            self.vocab, self._logits = own.cpu(), self.cache.logits
         else:
             self.name = {"dynamic": "eagle2", "static": "eagle1", "chain": "eagle1-chain"}[mode]
             weight = head.body.lm_head.weight
@@ -129,7 +129,7 @@ class EagleDraft:
             return
         start = len(context) - 1 - len(features)
         self.cache.crop(start)  # drops the last round's tree nodes
-        states = self.head.project(features.to(self.cache.device))
+        states = self.cache.project(features.to(self.cache.device))
         root = self.cache.run(states, torch.tensor(context[start + 1:]))[-1]
         self.root = (root, self._logp(root[None])[0])
 
