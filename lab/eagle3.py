@@ -215,23 +215,30 @@ class Eagle3Head(nn.Module):
 
 class Eagle3Cache:
     """The head's keys and values for one sequence while drafting: committed true pairs first,
-    then the tree nodes fed in the current round (cropped away after it). It drafts with copies
-    of the head's linears packed for oneDNN when the head is bfloat16 on a CPU (`fast_linear`:
-    unpacked bfloat16 products are slow without AMX; in float32 the copies are the same
-    products): `project` and `logits` are the head's own, computed that way."""
+    then the tree nodes fed in the current round (cropped away after it). It drafts with the
+    head's linears as `fast_linear` gives them: packed for oneDNN when the head is bfloat16 on
+    a CPU that runs the exact engine (unpacked bfloat16 products are slow without AMX), the
+    modules' own products otherwise. The packed copies are taken once per head, when its first
+    drafter is built (kept on the head, as `PackedLlama` keeps a model's), so a bfloat16 head
+    must not be trained after drafting with it; `project` and `logits` are the head's own,
+    computed with them."""
 
     def __init__(self, head: Eagle3Head):
         self.head = head
         self.device = head.fc.weight.device
-        self.fc, self.lm_head = fast_linear(head.fc.weight), fast_linear(head.lm_head.weight)
-        self.proj = {name: fast_linear(module.weight) for name, module in head.midlayer.projections().items()}
+        linears = getattr(head, "_lab_drafting_linears", None)
+        if linears is None:  # the tuner builds dozens of drafters over one head: pack once
+            modules = {"fc": head.fc, "lm_head": head.lm_head, **head.midlayer.projections()}
+            linears = {name: fast_linear(module.weight) for name, module in modules.items()}
+            head._lab_drafting_linears = linears
+        self.proj = linears
         self.reset()
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
-        return self.fc(features)
+        return self.proj["fc"](features)
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.head.norm(states))
+        return self.proj["lm_head"](self.head.norm(states))
 
     def reset(self) -> None:
         self.keys = self.values = None

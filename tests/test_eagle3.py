@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -277,6 +278,9 @@ def test_the_high_tap_init_passes_the_high_layer_through(tiny):
     assert torch.equal(head.project(features), features[:, 2 * h:])
     with pytest.raises(LabError, match="fused"):
         Eagle3Head(tiny, head.vocab, taps="top").pass_high_tap()
+    # refused before any work: a continued head keeps its weights, so the option would be a lie
+    with pytest.raises(LabError, match="--init"):
+        train_eagle3(target=tiny, init=Path("a-trained-head.safetensors"), fc_init="high", progress=False)
 
 
 def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkeypatch):

@@ -230,6 +230,14 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     `output_init="target"` starts a new head's final norm and LM head from the target's
     (`Eagle3Head.copy_target_output`); `fc_init="high"` starts its fc as the identity on the
     high tap (`Eagle3Head.pass_high_tap`)."""
+    if output_init not in ("random", "target") or fc_init not in ("random", "high"):
+        raise LabError(f"unknown --output-init {output_init!r} or --fc-init {fc_init!r}: "
+                       "choose random or target, and random or high")
+    if init is not None and (output_init, fc_init) != ("random", "random"):
+        raise LabError("--output-init and --fc-init start a new head; with --init the head continues "
+                       "from its weights: drop one of them")
+    if fc_init == "high" and taps != "fused":
+        raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
     commit = git_commit()
     rank, world, device = _distributed(device)
     torch.manual_seed(seed)
@@ -256,12 +264,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         head = Eagle3Head(target, training_vocabulary(sources, vocab_size), taps)
         if output_init == "target":
             head.copy_target_output(target)
-        elif output_init != "random":
-            raise LabError(f"unknown --output-init {output_init!r}: choose random or target")
         if fc_init == "high":
             head.pass_high_tap()
-        elif fc_init != "random":
-            raise LabError(f"unknown --fc-init {fc_init!r}: choose random or high")
     head.to(device)
     init_record = None if init is None else {
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
@@ -277,7 +281,9 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": taps,
              "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
              "train_prompts": train_prompts, "init": None if init is None else repo_path(init), "world": world,
-             "output_init": output_init, "fc_init": fc_init}
+             "output_init": output_init,
+             # only where it is not the default, so that checkpoints from before the option resume
+             **({"fc_init": fc_init} if fc_init != "random" else {})}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     state = ckpt.resume(head, optim, rng) if resume else None
     step, spent, history = (state["step"], state["spent"], state["history"]) if state else (0, 0.0, [])
