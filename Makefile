@@ -88,10 +88,11 @@ bench-llamacpp: peers
 	$(PY) -m lab bench --methods ar,eagle2,llamacpp --dataset mt_bench --limit 10 \
 		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16_llamacpp.json
 
-# Judge Decoding (notebook 07): the judge head (planted-error labels, a probe per layer; about five
-# minutes), then the lossy methods on HumanEval with pass@1 from the sandbox.
+# Judge Decoding (notebook 07): the judge head (planted-error labels and the 2-layer draft's mined
+# mismatches on all 131 templated tasks of the judge half, a probe per layer), then the lossy
+# methods on HumanEval with pass@1 from the sandbox.
 judge-head: setup
-	$(PY) -m lab train judge --mined 120
+	$(PY) -m lab train judge --mined 131
 
 bench-judge: setup
 	$(PY) -m lab bench --methods ar,sd,judge,topk --dataset humaneval --limit 10 --max-new-tokens 192 \

@@ -32,6 +32,7 @@ from .engine import Engine, engine_for
 from .judge import Labelled
 from .paths import CACHE_DIR
 from .sampling import Sampling
+from .tasks import JUDGE_TASKS_PER_KIND, make_tasks
 
 MINED_DIR = CACHE_DIR / "judge-mined"
 GREEDY = Sampling()
@@ -49,14 +50,15 @@ class Checkable:
     max_new_tokens: int
 
 
-def checkable_items(tokenizer, limit: int, tasks_per_kind: int = 20, seed: int = 0) -> list[Checkable]:
+def checkable_items(tokenizer, limit: int, tasks_per_kind: int = JUDGE_TASKS_PER_KIND, seed: int = 0
+                    ) -> list[Checkable]:
     """The first `limit` items: the templated tasks first (cheap: short answers the target often
     gets right), then HumanEval (192-token answers the 135M target rarely passes). The tasks are
-    `make_tasks(per_kind=tasks_per_kind, seed=seed)`, the planted labels' own, so that an item's
-    planted and mined labels share one problem key and land on the same side of the split."""
+    `make_tasks(per_kind=tasks_per_kind, seed=seed)` (the judge half of each kind's questions),
+    the planted labels' own, so that an item's planted and mined labels share one problem key and
+    land on the same side of the split."""
     from .data import chat_ids, humaneval_problems
     from .quality import question_and_check
-    from .tasks import make_tasks
     items: list[Checkable] = []
     for item in [*make_tasks(per_kind=tasks_per_kind, seed=seed), *humaneval_problems()][:limit]:
         kind, question, check_text = question_and_check(item)

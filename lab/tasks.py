@@ -5,7 +5,12 @@ quality has to be measured, and at the lab's scale (a 135M target) only on quest
 actually gets right often enough: a comparison where the target scores zero shows nothing. Two
 digit sums, times tables and sorting were tried and dropped after a one-off check in which the
 target got almost none right.
-Notebook 07 prints the target's and the 2-layer draft's accuracy per kind.
+
+Every kind has a fixed space of distinct questions, cut once into two halves: the `judge` half
+gives the judge head its labels (planted and mined, lab/train/judge.py), the `evaluation` half
+is what notebook 07 measures quality on. No evaluation question is ever a training question
+(not even a repeat of one under another id), so the quality figures are for questions the
+judge has never seen. Notebook 07 prints the target's and the 2-layer draft's accuracy per kind.
 """
 from __future__ import annotations
 
@@ -19,16 +24,33 @@ from .errors import LabError
 CAPITALS = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Japan": "Tokyo",
             "China": "Beijing", "Russia": "Moscow", "Egypt": "Cairo", "England": "London", "Greece": "Athens",
             "Canada": "Ottawa", "Ireland": "Dublin", "Portugal": "Lisbon", "Austria": "Vienna", "Poland": "Warsaw",
-            "Norway": "Oslo", "Sweden": "Stockholm", "Kenya": "Nairobi", "Peru": "Lima", "Cuba": "Havana"}
-
-
+            "Norway": "Oslo", "Sweden": "Stockholm", "Kenya": "Nairobi", "Peru": "Lima", "Cuba": "Havana",
+            "Finland": "Helsinki", "Denmark": "Copenhagen", "the Netherlands": "Amsterdam", "Belgium": "Brussels",
+            "Hungary": "Budapest", "Thailand": "Bangkok", "South Korea": "Seoul", "India": "New Delhi",
+            "Argentina": "Buenos Aires", "Chile": "Santiago", "Iran": "Tehran", "Iraq": "Baghdad",
+            "Turkey": "Ankara", "the Philippines": "Manila", "Indonesia": "Jakarta", "Vietnam": "Hanoi",
+            "Saudi Arabia": "Riyadh", "Syria": "Damascus", "Lebanon": "Beirut", "Scotland": "Edinburgh",
+            "Romania": "Bucharest", "Bulgaria": "Sofia", "Serbia": "Belgrade", "Croatia": "Zagreb",
+            "Morocco": "Rabat", "Venezuela": "Caracas", "Afghanistan": "Kabul", "Nepal": "Kathmandu",
+            "Australia": "Canberra", "New Zealand": "Wellington"}
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 OPPOSITES = {"hot": "cold", "big": "small", "fast": "slow", "happy": "sad", "light": "dark", "open": "closed",
              "early": "late", "high": "low", "full": "empty", "hard": "soft", "long": "short", "wet": "dry",
              "rich": "poor", "strong": "weak", "thick": "thin", "loud": "quiet", "clean": "dirty", "up": "down",
-             "left": "right", "win": "lose"}
+             "left": "right", "win": "lose", "true": "false", "good": "bad", "push": "pull", "day": "night",
+             "black": "white", "love": "hate", "buy": "sell", "first": "last", "inside": "outside",
+             "begin": "end", "heavy": "light", "near": "far", "top": "bottom", "front": "back", "alive": "dead",
+             "always": "never", "above": "below", "north": "south", "east": "west", "accept": "reject"}
 PLURALS = {"child": "children", "mouse": "mice", "foot": "feet", "tooth": "teeth", "man": "men", "woman": "women",
-           "person": "people", "goose": "geese", "box": "boxes", "city": "cities", "leaf": "leaves", "knife": "knives"}
+           "person": "people", "goose": "geese", "box": "boxes", "city": "cities", "leaf": "leaves", "knife": "knives",
+           "ox": "oxen", "wolf": "wolves", "wife": "wives", "half": "halves", "baby": "babies", "party": "parties",
+           "bus": "buses", "church": "churches", "dish": "dishes", "fox": "foxes", "potato": "potatoes",
+           "tomato": "tomatoes", "hero": "heroes", "life": "lives", "shelf": "shelves", "story": "stories",
+           "glass": "glasses", "thief": "thieves"}
+SPLITS = ("judge", "evaluation")
+# questions per kind the judge's labels come from (all of the judge half but for the two
+# numeric kinds, whose halves hold 40 and 24)
+JUDGE_TASKS_PER_KIND = 40
 
 
 @dataclass
@@ -56,47 +78,47 @@ def _word(kind: str, i: int, question: str, word: str) -> Task:
     return Task(f"{kind}-{i}", kind, question, word, lambda text: bool(pattern.search(text)))
 
 
-def _addition(i: int, rng: random.Random) -> Task:
-    a, b = rng.randint(1, 9), rng.randint(1, 9)
-    return _number("addition", i, f"What is {a} + {b}? Reply with the number only.", a + b)
+def _questions(kind: str) -> list[tuple[str, int | str]]:
+    """Every distinct (question, answer) of a kind, in a fixed order."""
+    if kind == "addition":
+        return [(f"What is {a} + {b}? Reply with the number only.", a + b) for a in range(1, 10) for b in range(1, 10)]
+    if kind == "conversion":
+        return [(f"How many centimeters are in {n} meters? Reply with the number only.", 100 * n) for n in range(2, 51)]
+    if kind == "weekday":
+        return [(f"What day comes {way} {day}? Reply with the day only.", WEEKDAYS[(d + step) % 7])
+                for way, step in (("after", 1), ("before", -1)) for d, day in enumerate(WEEKDAYS)]
+    if kind == "opposite":
+        return [(f"What is the opposite of \"{w}\"? Reply with one word.", o) for w, o in OPPOSITES.items()]
+    if kind == "plural":
+        return [(f"What is the plural of \"{w}\"? Reply with one word.", p) for w, p in PLURALS.items()]
+    return [(f"What is the capital of {c}? Reply with the city name only.", city) for c, city in CAPITALS.items()]
 
 
-def _conversion(i: int, rng: random.Random) -> Task:
-    n = rng.randint(2, 30)
-    return _number("conversion", i, f"How many centimeters are in {n} meters? Reply with the number only.", 100 * n)
+KINDS = ("addition", "conversion", "weekday", "opposite", "plural", "capital")
 
 
-def _weekday(i: int, rng: random.Random) -> Task:
-    d = rng.randrange(7)
-    return _word("weekday", i, f"What day comes after {WEEKDAYS[d]}? Reply with the day only.", WEEKDAYS[(d + 1) % 7])
+def question_space(kind: str, split: str) -> list[Task]:
+    """One half of a kind's questions: the same cut for every seed, so that the halves never share
+    a question."""
+    questions = _questions(kind)
+    order = list(range(len(questions)))
+    random.Random(f"split:{kind}").shuffle(order)
+    half = order[: len(order) // 2] if split == "judge" else order[len(order) // 2:]
+    make = {int: _number, str: _word}
+    return [make[type(questions[i][1])](kind, i, *questions[i]) for i in sorted(half)]
 
 
-def _opposite(i: int, rng: random.Random) -> Task:
-    word = rng.choice(sorted(OPPOSITES))
-    return _word("opposite", i, f"What is the opposite of \"{word}\"? Reply with one word.", OPPOSITES[word])
-
-
-def _plural(i: int, rng: random.Random) -> Task:
-    word = rng.choice(sorted(PLURALS))
-    return _word("plural", i, f"What is the plural of \"{word}\"? Reply with one word.", PLURALS[word])
-
-
-def _capital(i: int, rng: random.Random) -> Task:
-    country = rng.choice(sorted(CAPITALS))
-    return _word("capital", i, f"What is the capital of {country}? Reply with the city name only.", CAPITALS[country])
-
-
-GENERATORS: dict[str, Callable[[int, random.Random], Task]] = {
-    "addition": _addition, "conversion": _conversion, "weekday": _weekday, "opposite": _opposite,
-    "plural": _plural, "capital": _capital,
-}
-
-
-def make_tasks(kinds: list[str] | None = None, per_kind: int = 20, seed: int = 0) -> list[Task]:
-    """`per_kind` questions of each kind, the same for the same seed."""
-    kinds = kinds or list(GENERATORS)
-    unknown = [k for k in kinds if k not in GENERATORS]
+def make_tasks(kinds: list[str] | None = None, per_kind: int = 20, seed: int = 0, split: str = "judge") -> list[Task]:
+    """Up to `per_kind` distinct questions of each kind from one half of its questions (`judge`:
+    the judge head's labels; `evaluation`: quality), the same for the same seed."""
+    kinds = kinds or list(KINDS)
+    unknown = [k for k in kinds if k not in KINDS]
     if unknown:
-        raise LabError(f"unknown task {', '.join(unknown)}: choose from {', '.join(GENERATORS)}")
-    rng = random.Random(seed)
-    return [GENERATORS[k](i, rng) for k in kinds for i in range(per_kind)]
+        raise LabError(f"unknown task {', '.join(unknown)}: choose from {', '.join(KINDS)}")
+    if split not in SPLITS:
+        raise LabError(f"unknown task split {split!r}: choose from {', '.join(SPLITS)}")
+    tasks = []
+    for kind in kinds:
+        space = question_space(kind, split)
+        tasks += random.Random(f"{seed}:{kind}").sample(space, min(per_kind, len(space)))
+    return tasks

@@ -10,7 +10,7 @@ from lab.errors import LabError
 from lab.judge import JudgeRule, Probe, TopKRule, code_mutations, label_tokens, load_judge, number_mutations
 from lab.sandbox import check_humaneval, run_python
 from lab.sampling import Sampling
-from lab.tasks import make_tasks
+from lab.tasks import JUDGE_TASKS_PER_KIND, KINDS, make_tasks
 from lab.data import humaneval_problems, humaneval_split
 from lab.verify import verify_chain_greedy, verify_chain_lossy
 
@@ -69,6 +69,21 @@ def test_tasks_are_reproducible_and_their_checks_accept_the_answer():
     assert not any(t.check("nothing here") for t in a)
     with pytest.raises(LabError, match="unknown task"):
         make_tasks(["telepathy"])
+    with pytest.raises(LabError, match="unknown task split"):
+        make_tasks(split="test")
+
+
+def test_no_evaluation_question_is_a_judge_question():
+    judge = make_tasks(per_kind=1000, seed=0)
+    for seed in (0, 1):
+        evaluation = make_tasks(per_kind=1000, seed=seed, split="evaluation")
+        assert not {t.question for t in judge} & {t.question for t in evaluation}
+        assert len({t.id for t in evaluation}) == len({t.question for t in evaluation}) == len(evaluation)
+    # the two halves are the whole question space, and a seed only picks within a half
+    assert {t.kind for t in judge} == set(KINDS)
+    picked = make_tasks(per_kind=5, seed=3, split="evaluation")
+    assert {t.question for t in picked} <= {t.question for t in make_tasks(per_kind=1000, seed=0, split="evaluation")}
+    assert len(picked) == 5 * len(KINDS)
 
 
 def test_lossy_verification_is_standard_verification_when_nothing_else_accepts():
@@ -260,10 +275,11 @@ def test_the_split_keeps_planted_and_mined_labels_of_a_problem_together(tiny, ot
     assert len(side) == 6 and all(len(s) == 1 for s in side.values())
     assert set(data["sources"]) == {"tasks", "mined_tasks"}
     # the real items share their problem keys with the planted labels of the same questions
-    items = checkable_items(tokenizer, 121)
-    assert [i.problem for i in items[:3]] == [f"tasks:{t.id}" for t in make_tasks(per_kind=20, seed=0)[:3]]
-    assert items[120].problem == "humaneval:HumanEval/0" and items[120].source == "mined_humaneval"
-    task = make_tasks(per_kind=20, seed=0)[0]
+    tasks = make_tasks(per_kind=JUDGE_TASKS_PER_KIND, seed=0)
+    items = checkable_items(tokenizer, len(tasks) + 1)
+    assert [i.problem for i in items[:3]] == [f"tasks:{t.id}" for t in tasks[:3]]
+    assert items[-1].problem == "humaneval:HumanEval/0" and items[-1].source == "mined_humaneval"
+    task = tasks[0]
     assert items[0].check(tokenizer.encode(f"It is {task.answer}.")) and not items[0].check(tokenizer.encode("no"))
 
 

