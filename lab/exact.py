@@ -113,6 +113,8 @@ def _pack(weight: torch.Tensor) -> torch.Tensor:
 def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     """x [n, in] bfloat16 -> [n, out] bfloat16, in calls of MIN_ROWS..BLOCK_ROWS rows (fewer rows
     are padded with copies of the first), so that every row goes through the same kernel."""
+    if MIN_ROWS <= x.shape[0] <= BLOCK_ROWS and x.is_contiguous():  # one call (ExactEngine's buffers)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
     outs = []
     for start in range(0, x.shape[0], BLOCK_ROWS):
         block = x[start: start + BLOCK_ROWS]
@@ -261,10 +263,13 @@ class ExactEngine:
         angles = positions.reshape(-1, 1).float() * w.inv_freq
         cos, sin = torch.cat([angles.cos()] * 2, -1).contiguous(), torch.cat([angles.sin()] * 2, -1).contiguous()
         hq, hkv, d = w.heads, w.kv_heads, w.head_dim
-        normed = torch.empty(n, width, dtype=torch.bfloat16)
+        # the linears' inputs have at least MIN_ROWS rows, the rows past n zero (packed_linear
+        # would pad each call otherwise); the C operations read and write the first n rows only
+        rows = max(n, MIN_ROWS)
+        normed = torch.zeros(rows, width, dtype=torch.bfloat16)
         q = torch.empty(n, hq, d)
-        attended = torch.empty(n, hq * d, dtype=torch.bfloat16)
-        act = torch.empty(n, w.inner, dtype=torch.bfloat16)
+        attended = torch.zeros(rows, hq * d, dtype=torch.bfloat16)
+        act = torch.zeros(rows, w.inner, dtype=torch.bfloat16)
         hidden, delta = {}, None
         for i, layer in enumerate(w.layers):
             lib.add_norm(x.data_ptr(), _ptr(delta), layer.norm1.data_ptr(), w.eps, normed.data_ptr(), n, width, threads)
@@ -283,12 +288,16 @@ class ExactEngine:
             delta = packed_linear(act, layer.down)
         lib.add_norm(x.data_ptr(), _ptr(delta), _ptr(w.norm), w.eps, normed.data_ptr(), n, width, threads)
         if len(w.layers) in hidden_layers:
-            hidden[len(w.layers)] = normed
+            hidden[len(w.layers)] = normed[:n]
         self.length += n
         self.forwards += 1
         if not logits:
             return Scored(None, hidden)
-        return Scored(packed_linear(normed[-1:] if last_only else normed, w.lm_head).float(), hidden)
+        if last_only:  # the last row, scored in a block of MIN_ROWS rows
+            first = max(n - MIN_ROWS, 0)
+            return Scored(packed_linear(normed[first: first + MIN_ROWS], w.lm_head)[n - 1 - first: n - first].float(),
+                          hidden)
+        return Scored(packed_linear(normed, w.lm_head)[:n].float(), hidden)
 
 
 def _ptr(tensor: torch.Tensor | None) -> int | None:

@@ -61,6 +61,11 @@ class Quality:
         return {k: sum(v) / len(v) for k, v in self.correct.items()}
 
     @property
+    def mean_accuracy(self) -> float:
+        """The share of all questions answered right (every question weighs the same)."""
+        return sum(sum(v) for v in self.correct.values()) / max(sum(len(v) for v in self.correct.values()), 1)
+
+    @property
     def tokens_per_forward(self) -> float:
         return self.new_tokens / max(self.forwards, 1)
 
