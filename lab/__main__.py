@@ -212,6 +212,7 @@ def _train(args: argparse.Namespace) -> None:
         if args.mined_only and not args.mined:
             raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
         train_judge(mined=args.mined, mined_only=args.mined_only, mine_cap=args.mine_cap,
+                    mine_with=tuple(args.mine_with.split(",")),
                     out=Path(args.out) if args.out else JUDGE_DIR / "judge.json")
     elif args.what == "eagle3":
         from .eagle3 import head_path
@@ -362,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "first, then HumanEval; cached under .cache/judge-mined/ and resumed; default 0: planted "
                             "errors only)")
     train.add_argument("--mined-only", action="store_true", help="judge: train on the mined labels alone")
+    train.add_argument("--mine-with", default="draft",
+                       help="judge: whose mismatches --mined labels, comma-separated: draft (the 2-layer draft model, "
+                            "the default) and/or eagle1 (the shipped EAGLE-1 head's first drafts)")
     train.add_argument("--mine-cap", type=int, default=8,
                        help="judge: at most this many mismatches tried per item (default 8)")
     train.add_argument("--out", default=None, help="judge: write the head here (default data/judge/judge.json)")

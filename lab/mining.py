@@ -12,8 +12,12 @@ The features are read where the judge reads them in decoding: the target's hidde
 position whose input is the draft token, after the target's own answer up to there (`Labelled`
 with `site_token` on the draft token, as `token_features` and `JudgeRule.scores` index).
 
+The draft is the 2-layer draft model or an EAGLE-1 head (its first draft, from the target's own
+features), whose mistakes are more fluent still and fool a judge that never saw any.
+
 Mining is slow (one greedy continuation per mismatch), so each item's result is cached under
-`.cache/judge-mined/` as soon as it is done, written atomically, and a rerun resumes.
+`.cache/judge-mined/` (an EAGLE head's under `.cache/judge-mined/eagle1/`) as soon as it is done,
+written atomically, and a rerun resumes.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import torch
 from .artifacts import write_json
 from .decode import decode
 from .drafters import NoDraft
+from .eagle import EagleHead
 from .engine import Engine, engine_for
 from .judge import Labelled
 from .paths import CACHE_DIR
@@ -79,16 +84,33 @@ def greedy_answer(engine: Engine, prompt: list[int], max_new_tokens: int, eos_id
 
 
 @torch.inference_mode()
-def draft_mismatches(draft, prompt: list[int], answer: list[int]) -> list[tuple[int, int]]:
-    """(j, token) for every answer position j where the draft, given prompt + answer[:j], would
-    greedily propose `token` instead of answer[j]. One teacher-forced forward; the LM head only on
-    the answer's rows."""
-    if not answer:
-        return []
+def draft_proposals(target, draft, prompt: list[int], answer: list[int]) -> list[int]:
+    """The token the draft would greedily propose at each answer position j, given prompt +
+    answer[:j], teacher-forced in one pass. `draft` is a draft model (its own forward) or an
+    EAGLE-1 head (lab/eagle.py), which drafts from the target's features: the pair (f_t, x_{t+1})
+    predicts f_{t+1}, whose readout proposes x_{t+2}, as the head's first draft in decoding does."""
+    if isinstance(draft, EagleHead):
+        ids = prompt + answer
+        layer = draft.feature_layers[0]
+        features = Engine(target).forward(ids[:-1], hidden_layers=(layer,), logits=False).hidden[layer]
+        predicted = draft(features[None], torch.tensor(ids[1:], device=features.device)[None])[0]
+        return draft.logits(predicted[len(prompt) - 2: len(ids) - 2]).argmax(-1).tolist()
     n = draft.config.num_hidden_layers
     top = Engine(draft).forward(prompt + answer[:-1], hidden_layers=(n,), logits=False).hidden[n]
-    proposed = draft.lm_head(top[len(prompt) - 1:]).argmax(-1).tolist()
-    return [(j, d) for j, (d, a) in enumerate(zip(proposed, answer)) if d != a]
+    return draft.lm_head(top[len(prompt) - 1:]).argmax(-1).tolist()
+
+
+def draft_mismatches(target, draft, prompt: list[int], answer: list[int]) -> list[tuple[int, int]]:
+    """(j, token) for every answer position j where the draft would greedily propose `token`
+    instead of answer[j]."""
+    if not answer:
+        return []
+    return [(j, d) for j, (d, a) in enumerate(zip(draft_proposals(target, draft, prompt, answer), answer)) if d != a]
+
+
+def draft_name(draft) -> str:
+    """How a mined record names its draft: `eagle1` for an EAGLE-1 head, `N-layer` for a draft model."""
+    return draft.variant if isinstance(draft, EagleHead) else f"{draft.config.num_hidden_layers}-layer"
 
 
 def spread(values: list, cap: int) -> list:
@@ -101,14 +123,15 @@ def spread(values: list, cap: int) -> list:
 
 def mine_item(engine: Engine, draft, item: Checkable, cap: int, eos_id: int | None) -> dict:
     """One item's mined record (JSON-able): the target's greedy answer, whether it is correct,
-    and for up to `cap` draft mismatches (only if it is) the finished answer with the draft's token
-    substituted and whether that answer still passes (`harmless`)."""
+    and, only if it is, for up to `cap` mismatches of the draft (a draft model or an EAGLE-1 head)
+    the finished answer with the draft's token substituted and whether that answer still passes
+    (`harmless`)."""
     answer = greedy_answer(engine, item.prompt, item.max_new_tokens, eos_id)
     record = {"problem": item.problem, "source": item.source, "prompt": item.prompt, "answer": answer,
               "target_correct": bool(item.check(answer)), "mismatches_found": 0, "mismatches": []}
     if not record["target_correct"]:
         return record  # a wrong answer cannot tell harmless tokens from harmful ones
-    found = draft_mismatches(draft, item.prompt, answer)
+    found = draft_mismatches(engine.model, draft, item.prompt, answer)
     record["mismatches_found"] = len(found)
     for j, token in spread(found, cap):
         prefix = answer[:j] + [token]
@@ -137,9 +160,10 @@ def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None
          cache_dir: Path = MINED_DIR, progress: bool = True) -> list[dict]:
     """`mine_item` for every item, each record cached in `cache_dir` as soon as it is done and
     reused on a rerun when it was mined with the same prompt, answer length and cap (and the same
-    draft: `draft.config.num_hidden_layers`)."""
+    draft: a draft model's layer count, or the EAGLE head's variant)."""
     from tqdm.auto import tqdm
-    settings = {"cap": cap, "draft_layers": draft.config.num_hidden_layers}
+    settings = ({"cap": cap, "draft": draft.variant} if isinstance(draft, EagleHead)
+                else {"cap": cap, "draft_layers": draft.config.num_hidden_layers})
     engine, records = engine_for(target), []
     bar = tqdm(items, desc="mining judge labels (items)", unit="item", disable=not progress)
     for item in bar:

@@ -187,7 +187,7 @@ def test_a_mined_label_is_positive_iff_the_finished_answer_passes(tiny, other, t
     from lab.mining import draft_mismatches, greedy_answer, labelled, mine_item, spread
     prompt = tokenizer("Mine this", add_special_tokens=False).input_ids
     answer = greedy_answer(Engine(tiny), prompt, 10, None)
-    tried = spread(draft_mismatches(other, prompt, answer), 6)
+    tried = spread(draft_mismatches(tiny, other, prompt, answer), 6)
     harmful = {d for i, (_, d) in enumerate(tried) if i % 2} - set(answer)  # a fake checker: these tokens break it
     checked = []
 
@@ -289,3 +289,25 @@ def test_per_source_report_counts_tokens_and_scores_validation_rows():
     report = per_source(sources, labels, [0.9, 0.1, 0.8, 0.6, 0.3, 0.7], [0, 1, 2, 3, 5, 7], delta=0.5)
     assert report["a"] == {"positive": 2, "negative": 2, "val_auc": 1.0, "val_wrong_rejected": 0.5}
     assert report["b"] == {"positive": 3, "negative": 1, "val_auc": None, "val_wrong_rejected": None}
+
+
+@torch.inference_mode()
+def test_an_eagle_heads_mined_proposals_are_its_first_drafts_in_decoding(tiny, tokenizer):
+    from lab.drafters import EagleDraft, NoDraft
+    from lab.eagle import EagleHead
+    from lab.mining import draft_mismatches, draft_proposals
+    torch.manual_seed(0)
+    head = EagleHead(tiny).eval()
+    prompt = tokenizer.encode("Mine this answer, please")
+    answer = decode(Engine(tiny), NoDraft(), prompt, 8, GREEDY, 0, 0, None).tokens
+    proposed = draft_proposals(tiny, head, prompt, answer)
+    assert len(proposed) == len(answer)
+    for j in range(len(answer)):
+        drafter, seen = EagleDraft(head, "chain", depth=1), []
+        propose = drafter.propose
+        drafter.propose = lambda *a, **k: seen.append(propose(*a, **k)) or seen[-1]
+        # decoding after the target's answer up to j: the head's first draft is its proposal for answer[j]
+        decode(Engine(tiny), drafter, prompt + answer[:j], 2, GREEDY, 1, 0, None)
+        assert seen[0][0] == [proposed[j]], j
+    assert draft_mismatches(tiny, head, prompt, answer) == [(j, d) for j, (d, a) in enumerate(zip(proposed, answer))
+                                                            if d != a]

@@ -6,8 +6,9 @@ Sources of labelled answers (each split by problem, never by token):
     after `lab.data.humaneval_split` (the prompt, then a code block opening with the signature);
   * the templated tasks' exact answers with a wrong number (`lab.tasks`);
   * MT-Bench's reference answers for math, reasoning and coding with a wrong number;
-  * with `--mined N`, the 2-layer draft's real mismatches on up to N checkable items, labelled by
-    whether the target's answer stays correct with the draft token in it (lab/mining.py).
+  * with `--mined N`, the 2-layer draft's (and with `--mine-with draft,eagle1` also the EAGLE-1
+    head's) real mismatches on up to N checkable items, labelled by whether the target's answer
+    stays correct with the draft token in it (lab/mining.py).
 An item's planted and mined labels share its problem key, so they stay on one side of the split.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from ..artifacts import command_line, git_commit, machine, repo_path
 from ..data import chat_ids, humaneval_problems, humaneval_split, mt_bench
+from ..errors import LabError
 from ..judge import JUDGE_DIR, Labelled, auc, code_mutations, fit_probe, label_tokens, number_mutations, \
     save_judge, split_by_problem, threshold_for_recall, token_features
 from ..models import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
@@ -80,22 +82,32 @@ def subsample_positives(examples: list[Labelled], keep: int, seed: int = 0) -> N
             ex.labels[i] = -1
 
 
-def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0) -> tuple[list[Labelled], dict]:
-    """Labels mined from the shipped 2-layer draft's mismatches on the first `items` checkable
-    items (cached and resumed, lab/mining.py), and per source how many items were tried, how many
-    the target answered correctly, and how many of those gave labels."""
-    from ..mining import checkable_items, labelled, mine
-    records = mine(target, load_draft(target, 2), checkable_items(tokenizer, items, seed=seed), cap,
-                   tokenizer.eos_token_id)
+MINE_WITH = ("draft", "eagle1")
+
+
+def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_with: tuple[str, ...] = ("draft",)
+                   ) -> tuple[list[Labelled], dict]:
+    """Labels mined from the mismatches of the shipped 2-layer draft (`draft`) and/or the shipped
+    EAGLE-1 head (`eagle1`) on the first `items` checkable items (cached and resumed,
+    lab/mining.py), and per source (`mined_tasks`, `mined_tasks_eagle1`, ...) how many items were
+    tried, how many the target answered correctly, and how many of those gave labels."""
+    from ..eagle import load_head
+    from ..mining import MINED_DIR, checkable_items, labelled, mine
+    checkable = checkable_items(tokenizer, items, seed=seed)
     examples, counts = [], {}
-    for r in records:
-        found = labelled(r)
-        examples += found
-        c = counts.setdefault(r["source"], {"items": 0, "target_correct": 0, "problems": 0, "answers": 0})
-        c["items"] += 1
-        c["target_correct"] += int(r["target_correct"])
-        c["problems"] += int(bool(found))
-        c["answers"] += len(found)
+    for name in mine_with:
+        draft, folder, suffix = ((load_draft(target, 2), MINED_DIR, "") if name == "draft" else
+                                 (load_head(target, name), MINED_DIR / name, f"_{name}"))
+        for r in mine(target, draft, checkable, cap, tokenizer.eos_token_id, cache_dir=folder):
+            found = labelled(r)
+            for ex in found:
+                ex.source += suffix
+            examples += found
+            c = counts.setdefault(r["source"] + suffix, {"items": 0, "target_correct": 0, "problems": 0, "answers": 0})
+            c["items"] += 1
+            c["target_correct"] += int(r["target_correct"])
+            c["problems"] += int(bool(found))
+            c["answers"] += len(found)
     return examples, counts
 
 
@@ -119,11 +131,14 @@ def per_source(sources: list[str], labels, val_scores, val: list[int], delta: fl
 
 
 def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int = 0, positives_per_answer: int = 24,
-                mined: int = 0, mined_only: bool = False, mine_cap: int = 8,
+                mined: int = 0, mined_only: bool = False, mine_cap: int = 8, mine_with: tuple[str, ...] = ("draft",),
                 out: Path = JUDGE_DIR / "judge.json") -> dict:
     """Build the labels (planted, and mined from up to `mined` items unless 0; mined only with
     `mined_only`), fit a probe per layer, ship the best layer's probe as the judge head (to `out`)
     with the threshold that rejects `recall` of the validation split's wrong tokens."""
+    unknown = set(mine_with) - set(MINE_WITH)
+    if unknown:  # before the minutes of planting and mining
+        raise LabError(f"--mine-with: unknown draft {', '.join(sorted(unknown))}; choose from {', '.join(MINE_WITH)}")
     start = time.time()
     tokenizer, target = load_tokenizer(), load_target()
     n_layers = target.config.num_hidden_layers
@@ -131,7 +146,7 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     examples, counts = ([], {}) if mined_only else planted_examples(tokenizer, seed)
     subsample_positives(examples, positives_per_answer, seed)  # mined answers carry one label each already
     if mined:
-        found, mined_counts = mined_examples(tokenizer, target, mined, mine_cap, seed)
+        found, mined_counts = mined_examples(tokenizer, target, mined, mine_cap, seed, mine_with)
         examples += found
         counts.update(mined_counts)
     data = token_features(target, examples, layers)
@@ -151,6 +166,7 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
         "command": command_line(), "commit": git_commit(), "machine": machine(), "target": TARGET_NAME,
         "data": {"sources": counts, "tokens": per_source(data["sources"], y, by_layer[best]["scores"], val, delta),
                  "positives_per_answer": positives_per_answer, "mined_items": mined, "mined_per_item": mine_cap,
+                 "mined_with": list(mine_with) if mined else [],
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},
