@@ -108,11 +108,6 @@ def draft_mismatches(target, draft, prompt: list[int], answer: list[int]) -> lis
     return [(j, d) for j, (d, a) in enumerate(zip(draft_proposals(target, draft, prompt, answer), answer)) if d != a]
 
 
-def draft_name(draft) -> str:
-    """How a mined record names its draft: `eagle1` for an EAGLE-1 head, `N-layer` for a draft model."""
-    return draft.variant if isinstance(draft, EagleHead) else f"{draft.config.num_hidden_layers}-layer"
-
-
 def spread(values: list, cap: int) -> list:
     """At most `cap` of `values`, evenly spread, so that a long answer's early mismatches do not
     crowd out its later ones."""

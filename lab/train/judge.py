@@ -40,7 +40,8 @@ def mt_bench_references() -> dict[str, str]:
     return {str(r["question_id"]): r["choices"][0]["turns"][0] for r in rows}
 
 
-def planted_examples(tokenizer, seed: int = 0, per_problem: int = 2, tasks_per_kind: int = JUDGE_TASKS_PER_KIND) -> tuple[list[Labelled], dict]:
+def planted_examples(tokenizer, seed: int = 0, per_problem: int = 2, tasks_per_kind: int = JUDGE_TASKS_PER_KIND
+                     ) -> tuple[list[Labelled], dict]:
     """Labelled answers from the three sources, and how many problems and mutations each gave."""
     rng = random.Random(seed)
     examples, counts = [], {}
