@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from .errors import LabError
-from .tasks import JUDGE_TASKS_PER_KIND, make_tasks
 
 ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[34m", "target": ""}
 
@@ -359,9 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="eagle1/eagle3: train on the first N regenerated training prompts only (default: all)")
     train.add_argument("--mined", type=int, default=0,
                        help="judge: also label the 2-layer draft's real mismatches on up to N checkable items "
-                            f"(the {len(make_tasks(per_kind=JUDGE_TASKS_PER_KIND))} templated tasks of the judge half "
-                            "first, then HumanEval; cached under .cache/judge-mined/ and resumed; default 0: planted "
-                            "errors only)")
+                            "(the templated tasks of lab.tasks' judge half first, then HumanEval; cached "
+                            "under .cache/judge-mined/ and resumed; default 0: planted errors only)")
     train.add_argument("--mined-only", action="store_true", help="judge: train on the mined labels alone")
     train.add_argument("--mine-with", default="draft",
                        help="judge: whose mismatches --mined labels, comma-separated: draft (the 2-layer draft model, "
