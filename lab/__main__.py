@@ -1,4 +1,4 @@
-"""Command line: `python -m lab {bench,endtoend,generate,data,train,evaluate,export,tune} ...` (see --help of each)."""
+"""Command line: `python -m lab {bench,endtoend,quality,generate,data,train,evaluate,export,tune} ...` (see --help of each)."""
 from __future__ import annotations
 
 import argparse
@@ -287,6 +287,19 @@ def _endtoend(args: argparse.Namespace) -> None:
     print(format_end_to_end(result))
 
 
+def _quality(args: argparse.Namespace) -> None:
+    from .models import load_target, load_tokenizer
+    from .paths import fast_mode
+    from .quality import quality_sweep
+    if args.per_kind < 1:
+        raise LabError(f"--per-kind must be at least 1, got {args.per_kind}")
+    tasks, runs = quality_sweep(load_target(), load_tokenizer(), args.per_kind, fast_mode(),
+                                args.json and Path(args.json))
+    print(f"{len(tasks)} evaluation questions; tokens per target forward and the share answered right:")
+    for name, q in runs.items():
+        print(f"{name:>17} {q.tokens_per_forward:6.2f} {q.mean_accuracy:7.3f}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line (`lab.endtoend` parses its arguments with it too)."""
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
@@ -418,6 +431,14 @@ def build_parser() -> argparse.ArgumentParser:
     endtoend.add_argument("--engine", choices=["auto", "transformers"], default="auto", help="as for bench")
     _add_sampling(endtoend)
     endtoend.set_defaults(run=_endtoend)
+
+    quality = sub.add_parser("quality", help="notebook 07's quality-against-speed sweep (target, draft, SD, Top-K, "
+                                             "judge over its threshold, EAGLE-1 chain) into one JSON that a rerun resumes")
+    quality.add_argument("--per-kind", type=int, default=20,
+                         help="evaluation-half questions of each kind (default 20: 102 questions)")
+    quality.add_argument("--json", default=None, help="results file (default data/results/judge_quality.json; "
+                                                      "with LAB_FAST=1 under .cache)")
+    quality.set_defaults(run=_quality)
     return parser
 
 

@@ -5,20 +5,28 @@ tokens it accepts per verification forward.
 standard verification and a lossy rule accept per cycle. `answer_quality`: decode checkable
 questions (lab/tasks.py) or HumanEval problems with a drafter and an acceptance rule, check every
 answer (HumanEval's in the sandbox), and report accuracy beside tokens per forward.
+`quality_sweep` (`python -m lab quality`, notebook 07): every drafter and rule of notebook 07's
+quality-against-speed comparison on the evaluation questions, one JSON, resumable run by run.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Callable
 
+from .artifacts import command_line, git_commit, machine, write_json
 from .data import HUMANEVAL_INSTRUCTION, chat_ids, humaneval_split
 from .decode import decode
-from .drafters import NoDraft, ReferenceDraft
+from .drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
 from .engine import engine_for
+from .errors import LabError
+from .paths import CACHE_DIR, DATA_DIR
 from .sampling import Sampling
 from .sandbox import run_python
-from .tasks import Task
+from .tasks import Task, make_tasks
 
 GREEDY = Sampling()
 
@@ -97,3 +105,121 @@ def answer_quality(target, tokenizer, items: list[Task] | list[dict], make_draft
         quality.forwards += out.cycles
         quality.seconds += out.seconds
     return quality
+
+
+# ---- notebook 07's sweep, resumable ----------------------------------------------------------
+
+QUALITY_FILE = DATA_DIR / "results" / "judge_quality.json"
+QUALITY_HOW = "`python -m lab quality` (about an hour on 2 cores; rerun it to resume)"
+EVALUATION_SEED = 1   # which evaluation-half questions the sweep asks (lab.tasks.make_tasks)
+SWEEP_DRAFT_LEN, SWEEP_MAX_NEW_TOKENS, EAGLE_CHAIN_DEPTH = 8, 24, 8
+
+
+def sweep_runs(delta: float, fast: bool = False) -> dict[str, dict]:
+    """Name -> what runs: which model answers (`target` or the 2-layer `draft` alone), which
+    drafter proposes (`none`, the 2-layer `draft`, the shipped EAGLE-1 head's top-1 `eagle1`
+    chain) and which rule accepts (`standard`, `topk:K`, `judge:delta`). The judge is swept over
+    thresholds up to 0.99 (where it comes back towards standard verification) and the shipped
+    delta; fast mode keeps one of each kind."""
+    ks = [3] if fast else [2, 3, 5]
+    deltas = [round(delta, 3)] if fast else sorted({0.5, 0.6, 0.7, round(delta, 3), 0.9, 0.95, 0.99})
+    runs = {"target only": {"model": "target", "drafter": "none", "rule": "standard"},
+            "draft only": {"model": "draft", "drafter": "none", "rule": "standard"},
+            "standard SD": {"model": "target", "drafter": "draft", "rule": "standard"}}
+    runs |= {f"top-{k}": {"model": "target", "drafter": "draft", "rule": f"topk:{k}"} for k in ks}
+    runs |= {f"judge {d:g}": {"model": "target", "drafter": "draft", "rule": f"judge:{d}"} for d in deltas}
+    runs |= {"eagle SD": {"model": "target", "drafter": "eagle1", "rule": "standard"},
+             f"eagle judge {delta:.3g}": {"model": "target", "drafter": "eagle1", "rule": f"judge:{delta}"}}
+    return runs
+
+
+def _sha(path: Path) -> str:
+    if not path.exists():
+        raise LabError(f"{path} is missing: the quality sweep needs the shipped draft, EAGLE-1 head and judge head")
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def sweep_fingerprint(tasks: list[Task]) -> dict:
+    """What every run's numbers depend on besides the code: the questions, the decoding sizes
+    and the bytes of the draft, head and judge files. A run recorded under another fingerprint is
+    run again."""
+    from .eagle import head_path
+    from .judge import JUDGE_DIR
+    from .models import TARGET_NAME, draft_path
+    return {"target": TARGET_NAME, "questions": hashlib.sha256("\n".join(t.question for t in tasks).encode()).hexdigest()[:16],
+            "draft_len": SWEEP_DRAFT_LEN, "max_new_tokens": SWEEP_MAX_NEW_TOKENS, "eagle_chain_depth": EAGLE_CHAIN_DEPTH,
+            "files": {"draft": _sha(draft_path(2)), "eagle1": _sha(head_path("eagle1")),
+                      "judge": _sha(JUDGE_DIR / "judge.json")}}
+
+
+def load_sweep(path: Path) -> dict:
+    """The file an earlier sweep wrote (an empty one if there is none yet)."""
+    if not path.exists():
+        return {"runs": {}}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise LabError(f"{path} is not valid JSON: move it away (or delete it) and rerun") from None
+
+
+def sweep_path(fast: bool) -> Path:
+    """data/results/judge_quality.json at full size; in fast mode a gitignored file, so a CI-sized
+    sweep never replaces the committed one."""
+    return CACHE_DIR / "results-fast" / QUALITY_FILE.name if fast else QUALITY_FILE
+
+
+def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, path: Path | None = None,
+                  progress: bool = True) -> tuple[list[Task], dict[str, Quality]]:
+    """Notebook 07's quality-against-speed runs (`sweep_runs`) on `per_kind` evaluation-half
+    questions of each kind: the runs `path` already holds under the same fingerprint are read
+    back, the others decoded and the file rewritten atomically after each, so an interrupted
+    sweep resumes where it stopped. Returns the questions and name -> `Quality`."""
+    from .eagle import load_head
+    from .judge import JudgeRule, TopKRule, load_judge
+    from .models import load_draft
+    path = Path(path or sweep_path(fast))
+    tasks = make_tasks(per_kind=per_kind, seed=EVALUATION_SEED, split="evaluation")
+    probe, delta = load_judge(target)
+    runs, fingerprint = sweep_runs(delta, fast), sweep_fingerprint(tasks)
+    recorded = load_sweep(path)
+    done = {n: r for n, r in recorded.get("runs", {}).items()
+            if n in runs and r["spec"] == runs[n] and recorded.get("fingerprint") == fingerprint}
+    todo = [n for n in runs if n not in done]
+    stale = sorted(set(recorded.get("runs", {})) - set(done))
+    if progress and stale:
+        print(f"[quality] {path}: rerunning {', '.join(stale)}: recorded for other questions, sizes or files",
+              flush=True)
+    if progress:
+        print(f"[quality] {path}: {len(done)} of {len(runs)} runs recorded"
+              + (f", {len(todo)} to decode ({len(tasks)} questions each)" if todo else ""), flush=True)
+    models: dict = {}
+
+    def model(name: str):  # loaded once, and only if a run needs it
+        if name not in models:
+            models[name] = {"draft": lambda: load_draft(target, 2), "eagle1": lambda: load_head(target)}[name]()
+        return models[name]
+
+    def rule(text: str):
+        kind, _, value = text.partition(":")
+        return {"standard": lambda: None, "topk": lambda: TopKRule(int(value)),
+                "judge": lambda: JudgeRule(probe, float(value))}[kind]()
+
+    drafters = {"none": lambda: NoDraft, "draft": lambda: lambda: ModelDraft(model("draft")),
+                "eagle1": lambda: lambda: EagleDraft(model("eagle1"), "chain", depth=EAGLE_CHAIN_DEPTH)}
+    result = {"kind": "judge_quality", "command": command_line(), "questions": len(tasks),
+              "per_kind": per_kind, "seed": EVALUATION_SEED, "split": "evaluation", "fingerprint": fingerprint,
+              "runs": dict(done)}
+    for name in todo:
+        spec = runs[name]
+        answering = target if spec["model"] == "target" else model("draft")
+        q = answer_quality(answering, tokenizer, tasks, drafters[spec["drafter"]](), rule(spec["rule"]),
+                           SWEEP_DRAFT_LEN, SWEEP_MAX_NEW_TOKENS)
+        result["runs"][name] = {"spec": spec, **asdict(q), "commit": git_commit()}
+        result["runs"] = {n: result["runs"][n] for n in runs if n in result["runs"]}  # in sweep order
+        result.update(commit=git_commit(), machine=machine())
+        write_json(path, result)
+        if progress:
+            print(f"[quality] {name}: {q.tokens_per_forward:.2f} tokens per forward, accuracy {q.mean_accuracy:.3f} "
+                  f"({q.seconds / 60:.1f} min)", flush=True)
+    return tasks, {n: Quality(**{k: r[k] for k in ("correct", "new_tokens", "forwards", "seconds")})
+                   for n, r in result["runs"].items()}
