@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head bench-eagle3 data drafts eagle-heads eagle3-heads scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality bench-eagle3 data drafts eagle-heads eagle3-heads scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -90,9 +90,13 @@ bench-llamacpp: peers
 
 # Judge Decoding (notebook 07): the judge head (planted-error labels and the 2-layer draft's mined
 # mismatches on all 131 templated tasks of the judge half, a probe per layer), then the lossy
-# methods on HumanEval with pass@1 from the sandbox.
+# methods on HumanEval with pass@1 from the sandbox, and notebook 07's quality sweep on the
+# evaluation half (about an hour; resumable, and notebook 07 reads it back).
 judge-head: setup
 	$(PY) -m lab train judge --mined 131
+
+judge-quality: setup
+	$(PY) -m lab quality
 
 bench-judge: setup
 	$(PY) -m lab bench --methods ar,sd,judge,topk --dataset humaneval --limit 10 --max-new-tokens 192 \

@@ -290,14 +290,12 @@ def _endtoend(args: argparse.Namespace) -> None:
 def _quality(args: argparse.Namespace) -> None:
     from .models import load_target, load_tokenizer
     from .paths import fast_mode
-    from .quality import quality_sweep
+    from .quality import format_quality, quality_sweep
     if args.per_kind < 1:
         raise LabError(f"--per-kind must be at least 1, got {args.per_kind}")
     tasks, runs = quality_sweep(load_target(), load_tokenizer(), args.per_kind, fast_mode(),
                                 args.json and Path(args.json))
-    print(f"{len(tasks)} evaluation questions; tokens per target forward and the share answered right:")
-    for name, q in runs.items():
-        print(f"{name:>17} {q.tokens_per_forward:6.2f} {q.mean_accuracy:7.3f}")
+    print(f"{len(tasks)} evaluation questions:\n{format_quality(runs)}")
 
 
 def build_parser() -> argparse.ArgumentParser:

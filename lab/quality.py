@@ -139,17 +139,22 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def sweep_fingerprint(tasks: list[Task]) -> dict:
-    """What every run's numbers depend on besides the code: the questions, the decoding sizes
-    and the bytes of the draft, head and judge files. A run recorded under another fingerprint is
-    run again."""
+def run_inputs(spec: dict, tasks: list[Task]) -> dict:
+    """What one run's numbers depend on besides the code: the questions, the decoding sizes and
+    the bytes of the files it uses (the 2-layer draft, the EAGLE-1 head, the judge head). A run
+    recorded with other inputs is decoded again, so a retrained judge reruns only the judge's runs."""
     from .eagle import head_path
     from .judge import JUDGE_DIR
     from .models import TARGET_NAME, draft_path
-    return {"target": TARGET_NAME, "questions": hashlib.sha256("\n".join(t.question for t in tasks).encode()).hexdigest()[:16],
-            "draft_len": SWEEP_DRAFT_LEN, "max_new_tokens": SWEEP_MAX_NEW_TOKENS, "eagle_chain_depth": EAGLE_CHAIN_DEPTH,
-            "files": {"draft": _sha(draft_path(2)), "eagle1": _sha(head_path("eagle1")),
-                      "judge": _sha(JUDGE_DIR / "judge.json")}}
+    inputs = {"target": TARGET_NAME, "questions": hashlib.sha256("\n".join(t.question for t in tasks).encode()).hexdigest()[:16],
+              "draft_len": SWEEP_DRAFT_LEN, "max_new_tokens": SWEEP_MAX_NEW_TOKENS}
+    if "draft" in (spec["model"], spec["drafter"]):
+        inputs["draft"] = _sha(draft_path(2))
+    if spec["drafter"] == "eagle1":
+        inputs |= {"eagle1": _sha(head_path("eagle1")), "eagle_chain_depth": EAGLE_CHAIN_DEPTH}
+    if spec["rule"].startswith("judge"):
+        inputs["judge"] = _sha(JUDGE_DIR / "judge.json")
+    return inputs
 
 
 def load_sweep(path: Path) -> dict:
@@ -171,7 +176,7 @@ def sweep_path(fast: bool) -> Path:
 def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, path: Path | None = None,
                   progress: bool = True) -> tuple[list[Task], dict[str, Quality]]:
     """Notebook 07's quality-against-speed runs (`sweep_runs`) on `per_kind` evaluation-half
-    questions of each kind: the runs `path` already holds under the same fingerprint are read
+    questions of each kind: the runs `path` already holds with the same inputs (`run_inputs`) are read
     back, the others decoded and the file rewritten atomically after each, so an interrupted
     sweep resumes where it stopped. Returns the questions and name -> `Quality`."""
     from .eagle import load_head
@@ -180,14 +185,15 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     path = Path(path or sweep_path(fast))
     tasks = make_tasks(per_kind=per_kind, seed=EVALUATION_SEED, split="evaluation")
     probe, delta = load_judge(target)
-    runs, fingerprint = sweep_runs(delta, fast), sweep_fingerprint(tasks)
+    runs = sweep_runs(delta, fast)
+    inputs = {n: run_inputs(spec, tasks) for n, spec in runs.items()}
     recorded = load_sweep(path)
     done = {n: r for n, r in recorded.get("runs", {}).items()
-            if n in runs and r["spec"] == runs[n] and recorded.get("fingerprint") == fingerprint}
+            if n in runs and r.get("spec") == runs[n] and r.get("inputs") == inputs[n]}
     todo = [n for n in runs if n not in done]
     stale = sorted(set(recorded.get("runs", {})) - set(done))
     if progress and stale:
-        print(f"[quality] {path}: rerunning {', '.join(stale)}: recorded for other questions, sizes or files",
+        print(f"[quality] {path}: rerunning {', '.join(stale)}: recorded with other questions, sizes or files",
               flush=True)
     if progress:
         print(f"[quality] {path}: {len(done)} of {len(runs)} runs recorded"
@@ -207,19 +213,40 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     drafters = {"none": lambda: NoDraft, "draft": lambda: lambda: ModelDraft(model("draft")),
                 "eagle1": lambda: lambda: EagleDraft(model("eagle1"), "chain", depth=EAGLE_CHAIN_DEPTH)}
     result = {"kind": "judge_quality", "command": command_line(), "questions": len(tasks),
-              "per_kind": per_kind, "seed": EVALUATION_SEED, "split": "evaluation", "fingerprint": fingerprint,
-              "runs": dict(done)}
+              "per_kind": per_kind, "seed": EVALUATION_SEED, "split": "evaluation", "draft_len": SWEEP_DRAFT_LEN,
+              "max_new_tokens": SWEEP_MAX_NEW_TOKENS, "runs": dict(done)}
     for name in todo:
         spec = runs[name]
         answering = target if spec["model"] == "target" else model("draft")
         q = answer_quality(answering, tokenizer, tasks, drafters[spec["drafter"]](), rule(spec["rule"]),
                            SWEEP_DRAFT_LEN, SWEEP_MAX_NEW_TOKENS)
-        result["runs"][name] = {"spec": spec, **asdict(q), "commit": git_commit()}
+        result["runs"][name] = {"spec": spec, "inputs": inputs[name], **asdict(q), "commit": git_commit()}
         result["runs"] = {n: result["runs"][n] for n in runs if n in result["runs"]}  # in sweep order
         result.update(commit=git_commit(), machine=machine())
         write_json(path, result)
         if progress:
             print(f"[quality] {name}: {q.tokens_per_forward:.2f} tokens per forward, accuracy {q.mean_accuracy:.3f} "
                   f"({q.seconds / 60:.1f} min)", flush=True)
-    return tasks, {n: Quality(**{k: r[k] for k in ("correct", "new_tokens", "forwards", "seconds")})
-                   for n, r in result["runs"].items()}
+    return tasks, recorded_qualities(result)
+
+
+def recorded_qualities(result: dict) -> dict[str, Quality]:
+    """A sweep file's runs as `Quality`, in sweep order."""
+    return {n: Quality(**{k: r[k] for k in ("correct", "new_tokens", "forwards", "seconds")})
+            for n, r in result["runs"].items()}
+
+
+def format_quality(runs: dict[str, Quality]) -> str:
+    """A markdown table: tokens per target forward (also as a multiple of standard SD's), the
+    share of all questions answered right (and its distance from the target's, in points), and
+    the accuracy by kind."""
+    kinds = sorted(next(iter(runs.values())).correct)
+    target, sd = runs.get("target only"), runs.get("standard SD")
+    lines = ["| run | tok/fwd | x SD | accuracy | vs target (points) | " + " | ".join(kinds) + " |",
+             "|---|---|---|---|---|" + "---|" * len(kinds)]
+    for name, q in runs.items():
+        ratio = f"{q.tokens_per_forward / sd.tokens_per_forward:.2f}x" if sd else "-"
+        points = f"{100 * (q.mean_accuracy - target.mean_accuracy):+.1f}" if target else "-"
+        lines.append(f"| {name} | {q.tokens_per_forward:.2f} | {ratio} | {q.mean_accuracy:.3f} | {points} | "
+                     + " | ".join(f"{q.accuracy[k]:.2f}" for k in kinds) + " |")
+    return "\n".join(lines)

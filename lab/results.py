@@ -19,6 +19,7 @@ from .endtoend import format_end_to_end
 from .errors import LabError
 from .figures import load_manifest
 from .paths import DATA_DIR, ROOT
+from .quality import QUALITY_FILE, QUALITY_HOW, format_quality, recorded_qualities
 
 RESULTS_DIR = DATA_DIR / "results"
 END_TO_END = RESULTS_DIR / "end_to_end.json"  # `python -m lab endtoend` (notebook 08): several settings in one file
@@ -68,10 +69,10 @@ def _commit(manifest: dict) -> str:
 
 
 def bench_files() -> list[Path]:
-    """data/results/*.json in page order (known files first), less the end-to-end file, which has
-    its own section. `make demo` writes to demo/, not here."""
+    """data/results/*.json in page order (known files first), less the end-to-end file and the
+    judge's quality sweep, which have their own sections. `make demo` writes to demo/, not here."""
     rank = {name: i for i, name in enumerate(BENCH_ORDER)}
-    files = [p for p in RESULTS_DIR.glob("*.json") if p != END_TO_END]
+    files = [p for p in RESULTS_DIR.glob("*.json") if p not in (END_TO_END, QUALITY_FILE)]
     return sorted(files, key=lambda p: (rank.get(p.name, len(rank)), p.name))
 
 
@@ -241,6 +242,22 @@ def _end_to_end() -> list[str]:
     return lines + [""]
 
 
+def _judge_quality() -> list[str]:
+    lines = ["## Judge Decoding: quality against speed", ""]
+    if not QUALITY_FILE.exists():
+        return lines + [f"No quality sweep recorded yet: {QUALITY_HOW}.", ""]
+    result = _load(QUALITY_FILE)
+    m = result["machine"]
+    return lines + [f"`{repo_path(QUALITY_FILE)}`: `{result['command']}` on {m.get('cpu', '?')}, "
+                    f"{m.get('cores', '?')} cores, float32 target (commit {_commit(result)}). {result['questions']} "
+                    f"questions of the evaluation half (`lab.tasks`, seed {result['seed']}), which the judge's labels "
+                    f"never touch; greedy, chains of {result['draft_len']} from the 2-layer draft "
+                    f"(`eagle`: the shipped EAGLE-1 head's top-1 chain), at most "
+                    f"{result['max_new_tokens']} new tokens; tok/fwd counts verification forwards of "
+                    "the target; x SD: against standard SD with the 2-layer draft.", "",
+                    format_quality(recorded_qualities(result)), ""]
+
+
 # the README's generated blocks: marker name -> renderer
 README_BLOCKS = {"notebook-times": render_notebook_times, "exact-bf16": render_exact_headline,
                  "end-to-end": render_end_to_end_headline}
@@ -275,7 +292,7 @@ def render_results() -> str:
     if skipped:
         lines += ["Skipped (no `methods` key, so not a benchmark result): "
                   + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
-    return "\n".join(lines + _end_to_end() + _profiles() + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
+    return "\n".join(lines + _end_to_end() + _judge_quality() + _profiles() + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
 
 
 def write_results(path: Path = ROOT / "RESULTS.md", readme: Path = ROOT / "README.md") -> Path:

@@ -44,3 +44,29 @@ def trusted_timings(monkeypatch):
     test (test_tuning_refuses_rounds_a_busy_machine_made_disagree)."""
     import lab.costmodel as costmodel
     monkeypatch.setattr(costmodel, "agreeing_rounds", lambda rounds, measure: rounds)
+
+
+@pytest.fixture(scope="session")
+def real_ar(target, tokenizer):
+    """AR's greedy tokens on the real target for the first MT-Bench prompts, shared by the tests
+    that check a drafter reproduces them: `real_ar(n, new_tokens)` -> [(prompt ids, tokens)].
+    Each prompt is decoded once, at the longest length asked for so far: a shorter greedy run is
+    a prefix of a longer one (one position per forward, EOS ends both alike)."""
+    from lab.data import chat_ids, mt_bench
+    from lab.decode import decode
+    from lab.drafters import NoDraft
+    from lab.engine import Engine
+    from lab.sampling import Sampling
+    engine, decoded = Engine(target), {}
+
+    def ar(n: int, new_tokens: int) -> list[tuple[list[int], list[int]]]:
+        runs = []
+        for p in mt_bench()[:n]:
+            prompt = chat_ids(tokenizer, p.text)[-200:]
+            if decoded.get(p.text, (0, None))[0] < new_tokens:
+                out = decode(engine, NoDraft(), prompt, new_tokens, Sampling(), 0, 0, tokenizer.eos_token_id)
+                assert out.tau == 1.0
+                decoded[p.text] = (new_tokens, out.tokens)
+            runs.append((prompt, decoded[p.text][1][:new_tokens]))
+        return runs
+    return ar

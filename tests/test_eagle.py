@@ -15,6 +15,7 @@ from lab.sampling import Sampling
 from lab.train.eagle import ChainTally, _batch, head_loss, train_head, unroll_mask, unrolled_predictions
 from lab.train.regen import RegenSet, load_regen
 from lab.trees import DraftTree
+from test_decode import ar_runs
 
 GREEDY = Sampling()
 
@@ -34,16 +35,16 @@ def drafters(head):
     return [EagleDraft(head, "dynamic", 4, 3, 12), EagleDraft(head, "static", shape=static_shape(12, 4, [0.5, 0.2, 0.1]))]
 
 
-def assert_eagle_equals_ar(model, drafters, tokenizer, n_prompts, new_tokens) -> list[float]:
-    """Every drafter gives exactly AR's greedy tokens; returns each drafter's overall tau."""
+def assert_eagle_equals_ar(model, drafters, tokenizer, references, new_tokens) -> list[float]:
+    """Every drafter gives exactly AR's greedy tokens (`references`: (prompt, AR's tokens) pairs
+    for `model`); returns each drafter's overall tau."""
     target = Engine(model)
     tokens, cycles = [0] * len(drafters), [0] * len(drafters)
-    for prompt in prompts(tokenizer, n_prompts):
-        ar = decode(target, NoDraft(), prompt, new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
+    for prompt, ar in references:
         for i, drafter in enumerate(drafters):
             out = decode(target, drafter, prompt, new_tokens, GREEDY, 6, 0, tokenizer.eos_token_id)
-            assert out.tokens == ar.tokens, drafter.name
-            assert out.cycles <= ar.cycles
+            assert out.tokens == ar, drafter.name
+            assert out.cycles <= len(ar)  # AR takes one forward per token
             tokens[i], cycles[i] = tokens[i] + len(out.tokens), cycles[i] + out.cycles
     return [t / c for t, c in zip(tokens, cycles)]
 
@@ -51,7 +52,8 @@ def assert_eagle_equals_ar(model, drafters, tokenizer, n_prompts, new_tokens) ->
 def test_eagle_equals_ar_tiny(tiny, tokenizer):
     head = EagleHead(tiny).eval()
     subset = EagleDraft(head, "dynamic", 3, 2, 8, vocab=torch.arange(0, tiny.config.vocab_size, 3))
-    assert_eagle_equals_ar(tiny, drafters(head) + [subset, EagleDraft(head, "chain", depth=5)], tokenizer, 5, 24)
+    assert_eagle_equals_ar(tiny, drafters(head) + [subset, EagleDraft(head, "chain", depth=5)], tokenizer,
+                           ar_runs(tiny, tokenizer, 5, 24), 24)
 
 
 def test_an_eagle_chain_is_the_head_top1_and_takes_a_lossy_rule(tiny, tokenizer):
@@ -71,9 +73,9 @@ def test_an_eagle_chain_is_the_head_top1_and_takes_a_lossy_rule(tiny, tokenizer)
 
 
 @pytest.mark.slow
-def test_eagle_equals_ar_real(target, tokenizer):
+def test_eagle_equals_ar_real(target, tokenizer, real_ar):
     """The shipped head on 20 MT-Bench prompts: exactly AR's tokens, and it does accept drafts."""
-    taus = assert_eagle_equals_ar(target, drafters(load_head(target)), tokenizer, 20, 24)
+    taus = assert_eagle_equals_ar(target, drafters(load_head(target)), tokenizer, real_ar(20, 24), 24)
     assert min(taus) > 1.3
 
 

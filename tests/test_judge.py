@@ -311,3 +311,49 @@ def test_an_eagle_heads_mined_proposals_are_its_first_drafts_in_decoding(tiny, t
         assert seen[0][0] == [proposed[j]], j
     assert draft_mismatches(tiny, head, prompt, answer) == [(j, d) for j, (d, a) in enumerate(zip(proposed, answer))
                                                             if d != a]
+
+
+def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(tiny, tokenizer, tmp_path,
+                                                                                 monkeypatch):
+    import json
+
+    import lab.eagle
+    import lab.judge
+    import lab.models
+    import lab.quality as quality
+    probe = Probe(0, torch.zeros(4), torch.ones(4), torch.zeros(4), 0.0)
+    monkeypatch.setattr(lab.judge, "load_judge", lambda target: (probe, 0.8))
+    monkeypatch.setattr(lab.models, "load_draft", lambda target, n: "draft model")
+    monkeypatch.setattr(lab.eagle, "load_head", lambda target: "eagle head")
+    decoded, fail_at = [], [3]
+
+    def fake_answer_quality(model, tokenizer, tasks, make_drafter, rule, draft_len, max_new_tokens):
+        if len(decoded) == fail_at[0]:
+            raise RuntimeError("interrupted")
+        decoded.append(getattr(rule, "name", "standard"))
+        n = len(decoded)
+        return quality.Quality({"addition": [n % 2 == 0] * len(tasks)}, 10 * n, 7, 0.5)
+    monkeypatch.setattr(quality, "answer_quality", fake_answer_quality)
+    path = tmp_path / "sweep.json"
+    names = list(quality.sweep_runs(0.8, fast=True))
+    with pytest.raises(RuntimeError):
+        quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)
+    assert list(json.loads(path.read_text())["runs"]) == names[:3]  # the finished runs, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.json"]  # no temporary file left
+    fail_at[0] = None
+    tasks, runs = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)
+    assert len(decoded) == len(names) and list(runs) == names  # only the missing runs were decoded, in order
+    assert runs["target only"].new_tokens == 10 and runs[names[-1]].new_tokens == 10 * len(names)
+    assert quality.recorded_qualities(json.loads(path.read_text())) == runs
+    assert quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1] == runs
+    assert len(decoded) == len(names)  # a complete file decodes nothing
+    assert quality.format_quality(runs).splitlines()[2] == "| target only | 1.43 | 0.33x | 0.000 | +0.0 | 0.00 |"
+    sha = quality._sha  # a retrained judge: other bytes, the same threshold
+    monkeypatch.setattr(quality, "_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
+    again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]
+    assert decoded[len(names):] == ["judge", "judge"] and list(again) == names  # only the judge's two runs
+    monkeypatch.setattr(lab.judge, "load_judge", lambda target: (probe, 0.9))  # and another threshold
+    again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]
+    assert decoded[len(names) + 2:] == ["judge", "judge"] and "judge 0.9" in again and "judge 0.8" not in again
+    quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, progress=False)
+    assert len(decoded) == 2 * len(names) + 4  # other questions: every run again
