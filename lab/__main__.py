@@ -294,7 +294,7 @@ def _quality(args: argparse.Namespace) -> None:
     if args.per_kind < 1:
         raise LabError(f"--per-kind must be at least 1, got {args.per_kind}")
     tasks, runs = quality_sweep(load_target(), load_tokenizer(), args.per_kind, fast_mode(),
-                                args.json and Path(args.json))
+                                args.json and Path(args.json), args.judge)
     print(f"{len(tasks)} evaluation questions:\n{format_quality(runs)}")
 
 
@@ -436,6 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="evaluation-half questions of each kind (default 20: 102 questions)")
     quality.add_argument("--json", default=None, help="results file (default data/results/judge_quality.json; "
                                                       "with LAB_FAST=1 under .cache)")
+    quality.add_argument("--judge", default="judge",
+                         help="the judge head data/judge/NAME.json (default judge, the shipped one); another "
+                              "head's judge runs are added to the file under its name, the other runs shared")
     quality.set_defaults(run=_quality)
     return parser
 

@@ -113,24 +113,34 @@ QUALITY_FILE = DATA_DIR / "results" / "judge_quality.json"
 QUALITY_HOW = "`python -m lab quality` (about an hour on 2 cores; rerun it to resume)"
 EVALUATION_SEED = 1   # which evaluation-half questions the sweep asks (lab.tasks.make_tasks)
 SWEEP_DRAFT_LEN, SWEEP_MAX_NEW_TOKENS, EAGLE_CHAIN_DEPTH = 8, 24, 8
+DEFAULT_JUDGE = "judge"  # data/judge/judge.json, the shipped judge head
 
 
-def sweep_runs(delta: float, fast: bool = False) -> dict[str, dict]:
+def sweep_runs(delta: float, fast: bool = False, judge: str = DEFAULT_JUDGE) -> dict[str, dict]:
     """Name -> what runs: which model answers (`target` or the 2-layer `draft` alone), which
     drafter proposes (`none`, the 2-layer `draft`, the shipped EAGLE-1 head's top-1 `eagle1`
     chain) and which rule accepts (`standard`, `topk:K`, `judge:delta`). The judge is swept over
-    thresholds up to 0.99 (where it comes back towards standard verification) and the shipped
-    delta; fast mode keeps one of each kind."""
+    thresholds up to 0.99 (where it comes back towards standard verification) and its own
+    delta; fast mode keeps one of each kind. Another judge head than the shipped one
+    (data/judge/NAME.json) gets its own judge runs, named with `(NAME)`; the others are shared."""
     ks = [3] if fast else [2, 3, 5]
     deltas = [round(delta, 3)] if fast else sorted({0.5, 0.6, 0.7, round(delta, 3), 0.9, 0.95, 0.99})
+    suffix, which = ("", {}) if judge == DEFAULT_JUDGE else (f" ({judge})", {"judge": judge})
     runs = {"target only": {"model": "target", "drafter": "none", "rule": "standard"},
             "draft only": {"model": "draft", "drafter": "none", "rule": "standard"},
             "standard SD": {"model": "target", "drafter": "draft", "rule": "standard"}}
     runs |= {f"top-{k}": {"model": "target", "drafter": "draft", "rule": f"topk:{k}"} for k in ks}
-    runs |= {f"judge {d:g}": {"model": "target", "drafter": "draft", "rule": f"judge:{d}"} for d in deltas}
-    runs |= {"eagle SD": {"model": "target", "drafter": "eagle1", "rule": "standard"},
-             f"eagle judge {delta:.3g}": {"model": "target", "drafter": "eagle1", "rule": f"judge:{delta}"}}
+    runs["eagle SD"] = {"model": "target", "drafter": "eagle1", "rule": "standard"}
+    runs |= {f"judge {d:g}{suffix}": {"model": "target", "drafter": "draft", "rule": f"judge:{d}", **which}
+             for d in deltas}
+    runs[f"eagle judge {delta:.3g}{suffix}"] = {"model": "target", "drafter": "eagle1", "rule": f"judge:{delta}",
+                                                **which}
     return runs
+
+
+def _judge_of(spec: dict) -> str | None:
+    """The judge head a run's rule reads (None for the other rules)."""
+    return spec.get("judge", DEFAULT_JUDGE) if spec.get("rule", "").startswith("judge") else None
 
 
 def _sha(path: Path) -> str:
@@ -152,8 +162,8 @@ def run_inputs(spec: dict, tasks: list[Task]) -> dict:
         inputs["draft"] = _sha(draft_path(2))
     if spec["drafter"] == "eagle1":
         inputs |= {"eagle1": _sha(head_path("eagle1")), "eagle_chain_depth": EAGLE_CHAIN_DEPTH}
-    if spec["rule"].startswith("judge"):
-        inputs["judge"] = _sha(JUDGE_DIR / "judge.json")
+    if _judge_of(spec):
+        inputs["judge"] = _sha(JUDGE_DIR / f"{_judge_of(spec)}.json")
     return inputs
 
 
@@ -174,24 +184,29 @@ def sweep_path(fast: bool) -> Path:
 
 
 def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, path: Path | None = None,
-                  progress: bool = True) -> tuple[list[Task], dict[str, Quality]]:
+                  judge: str = DEFAULT_JUDGE, progress: bool = True) -> tuple[list[Task], dict[str, Quality]]:
     """Notebook 07's quality-against-speed runs (`sweep_runs`) on `per_kind` evaluation-half
-    questions of each kind: the runs `path` already holds with the same inputs (`run_inputs`) are read
-    back, the others decoded and the file rewritten atomically after each, so an interrupted
-    sweep resumes where it stopped. Returns the questions and name -> `Quality`."""
+    questions of each kind, with the judge head data/judge/`judge`.json: the runs `path` already
+    holds with the same inputs (`run_inputs`) are read back, the others decoded and the file
+    rewritten atomically after each, so an interrupted sweep resumes where it stopped. Other judge
+    heads' runs on the same questions are kept. Returns the questions and this sweep's name -> `Quality`."""
     from .eagle import load_head
-    from .judge import JudgeRule, TopKRule, load_judge
+    from .judge import JUDGE_DIR, JudgeRule, TopKRule, load_judge
     from .models import load_draft
     path = Path(path or sweep_path(fast))
     tasks = make_tasks(per_kind=per_kind, seed=EVALUATION_SEED, split="evaluation")
-    probe, delta = load_judge(target)
-    runs = sweep_runs(delta, fast)
+    probe, delta = load_judge(target, JUDGE_DIR / f"{judge}.json")
+    runs = sweep_runs(delta, fast, judge)
     inputs = {n: run_inputs(spec, tasks) for n, spec in runs.items()}
     recorded = load_sweep(path)
     done = {n: r for n, r in recorded.get("runs", {}).items()
             if n in runs and r.get("spec") == runs[n] and r.get("inputs") == inputs[n]}
+    shared = run_inputs({"model": "target", "drafter": "none", "rule": "standard"}, tasks)  # questions, sizes
+    others = {n: r for n, r in recorded.get("runs", {}).items()  # another judge head's, on the same questions
+              if n not in runs and _judge_of(r.get("spec", {})) not in (None, judge)
+              and all(r.get("inputs", {}).get(k) == v for k, v in shared.items())}
     todo = [n for n in runs if n not in done]
-    stale = sorted(set(recorded.get("runs", {})) - set(done))
+    stale = sorted(set(recorded.get("runs", {})) - set(done) - set(others))
     if progress and stale:
         print(f"[quality] {path}: rerunning {', '.join(stale)}: recorded with other questions, sizes or files",
               flush=True)
@@ -212,26 +227,38 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
 
     drafters = {"none": lambda: NoDraft, "draft": lambda: lambda: ModelDraft(model("draft")),
                 "eagle1": lambda: lambda: EagleDraft(model("eagle1"), "chain", depth=EAGLE_CHAIN_DEPTH)}
+    commit = git_commit()  # the code this process loaded: read once, not at each write
     result = {"kind": "judge_quality", "command": command_line(), "questions": len(tasks),
               "per_kind": per_kind, "seed": EVALUATION_SEED, "split": "evaluation", "draft_len": SWEEP_DRAFT_LEN,
-              "max_new_tokens": SWEEP_MAX_NEW_TOKENS, "runs": dict(done)}
+              "max_new_tokens": SWEEP_MAX_NEW_TOKENS, "runs": _in_order({**done, **others}, list(runs))}
     for name in todo:
         spec = runs[name]
         answering = target if spec["model"] == "target" else model("draft")
         q = answer_quality(answering, tokenizer, tasks, drafters[spec["drafter"]](), rule(spec["rule"]),
                            SWEEP_DRAFT_LEN, SWEEP_MAX_NEW_TOKENS)
-        result["runs"][name] = {"spec": spec, "inputs": inputs[name], **asdict(q), "commit": git_commit()}
-        result["runs"] = {n: result["runs"][n] for n in runs if n in result["runs"]}  # in sweep order
-        result.update(commit=git_commit(), machine=machine())
+        result["runs"][name] = {"spec": spec, "inputs": inputs[name], **asdict(q), "commit": commit}
+        result["runs"] = _in_order(result["runs"], list(runs))
+        result.update(commit=commit, machine=machine())
         write_json(path, result)
         if progress:
             print(f"[quality] {name}: {q.tokens_per_forward:.2f} tokens per forward, accuracy {q.mean_accuracy:.3f} "
                   f"({q.seconds / 60:.1f} min)", flush=True)
-    return tasks, recorded_qualities(result)
+    return tasks, {n: q for n, q in recorded_qualities(result).items() if n in runs}
+
+
+def _in_order(records: dict, names: list[str]) -> dict:
+    """The runs without a judge in sweep order, then each judge head's runs (the shipped head's
+    first), so that a file holding several judges reads as one table."""
+    def key(item):
+        name, r = item
+        judge = _judge_of(r["spec"])
+        return (judge is not None, judge != DEFAULT_JUDGE, judge or "",
+                names.index(name) if name in names else len(names))
+    return dict(sorted(records.items(), key=key))
 
 
 def recorded_qualities(result: dict) -> dict[str, Quality]:
-    """A sweep file's runs as `Quality`, in sweep order."""
+    """A sweep file's runs as `Quality`, in the file's order."""
     return {n: Quality(**{k: r[k] for k in ("correct", "new_tokens", "forwards", "seconds")})
             for n, r in result["runs"].items()}
 

@@ -322,9 +322,14 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     import lab.models
     import lab.quality as quality
     probe = Probe(0, torch.zeros(4), torch.ones(4), torch.zeros(4), 0.0)
-    monkeypatch.setattr(lab.judge, "load_judge", lambda target: (probe, 0.8))
+    monkeypatch.setattr(lab.judge, "load_judge", lambda target, path: (probe, 0.8))
     monkeypatch.setattr(lab.models, "load_draft", lambda target, n: "draft model")
     monkeypatch.setattr(lab.eagle, "load_head", lambda target: "eagle head")
+    judges = tmp_path / "judges"  # the shipped judge head and a second one beside it
+    judges.mkdir()
+    for name in ("judge", "judge-both"):
+        (judges / f"{name}.json").write_text(f'{{"name": "{name}"}}')
+    monkeypatch.setattr(lab.judge, "JUDGE_DIR", judges)
     decoded, fail_at = [], [3]
 
     def fake_answer_quality(model, tokenizer, tasks, make_drafter, rule, draft_len, max_new_tokens):
@@ -339,7 +344,7 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     with pytest.raises(RuntimeError):
         quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)
     assert list(json.loads(path.read_text())["runs"]) == names[:3]  # the finished runs, whole
-    assert [p.name for p in tmp_path.iterdir()] == ["sweep.json"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["judges", "sweep.json"]  # no temporary file left
     fail_at[0] = None
     tasks, runs = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)
     assert len(decoded) == len(names) and list(runs) == names  # only the missing runs were decoded, in order
@@ -352,8 +357,17 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     monkeypatch.setattr(quality, "_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
     again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]
     assert decoded[len(names):] == ["judge", "judge"] and list(again) == names  # only the judge's two runs
-    monkeypatch.setattr(lab.judge, "load_judge", lambda target: (probe, 0.9))  # and another threshold
-    again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]
-    assert decoded[len(names) + 2:] == ["judge", "judge"] and "judge 0.9" in again and "judge 0.8" not in again
+    monkeypatch.setattr(lab.judge, "load_judge",  # the second head has another delta
+                        lambda target, path: (probe, 0.9 if path.stem == "judge-both" else 0.8))
+    other = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, judge="judge-both",
+                                  progress=False)[1]
+    assert decoded[len(names) + 2:] == ["judge", "judge"]  # only its own judge runs
+    assert list(other) == [n.replace("0.8", "0.9 (judge-both)") for n in names]
+    recorded = json.loads(path.read_text())["runs"]  # both heads' runs, the shipped head's first
+    assert list(recorded) == [n for n in names if "judge" not in n] + [n for n in names if "judge" in n] \
+        + [n for n in other if "judge-both" in n]
+    assert quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1] == again
+    assert len(decoded) == len(names) + 4  # each head's runs kept beside the other's
     quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, progress=False)
     assert len(decoded) == 2 * len(names) + 4  # other questions: every run again
+    assert list(json.loads(path.read_text())["runs"]) == list(again)  # and the other head's runs are dropped
