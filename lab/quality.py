@@ -246,9 +246,10 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     return tasks, {n: q for n, q in recorded_qualities(result).items() if n in runs}
 
 
-def _in_order(records: dict, names: list[str]) -> dict:
-    """The runs without a judge in sweep order, then each judge head's runs (the shipped head's
-    first), so that a file holding several judges reads as one table."""
+def _in_order(records: dict, names: tuple[str, ...] | list[str] = ()) -> dict:
+    """The runs without a judge, then each judge head's runs (the shipped head's first), each
+    group in the order of `names` (then as recorded), so that a file holding several judges
+    reads as one table."""
     def key(item):
         name, r = item
         judge = _judge_of(r["spec"])
@@ -258,9 +259,9 @@ def _in_order(records: dict, names: list[str]) -> dict:
 
 
 def recorded_qualities(result: dict) -> dict[str, Quality]:
-    """A sweep file's runs as `Quality`, in the file's order."""
+    """A sweep file's runs as `Quality`: those without a judge first, then each judge head's."""
     return {n: Quality(**{k: r[k] for k in ("correct", "new_tokens", "forwards", "seconds")})
-            for n, r in result["runs"].items()}
+            for n, r in _in_order(result["runs"]).items()}
 
 
 def format_quality(runs: dict[str, Quality]) -> str:
