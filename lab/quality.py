@@ -167,6 +167,14 @@ def run_inputs(spec: dict, tasks: list[Task]) -> dict:
     return inputs
 
 
+def _current(record: dict, tasks: list[Task]) -> bool:
+    """Whether a recorded run's inputs are still those of its spec (its files unchanged, present)."""
+    try:
+        return record.get("inputs") == run_inputs(record["spec"], tasks)
+    except LabError:
+        return False
+
+
 def load_sweep(path: Path) -> dict:
     """The file an earlier sweep wrote (an empty one if there is none yet)."""
     if not path.exists():
@@ -189,7 +197,7 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     questions of each kind, with the judge head data/judge/`judge`.json: the runs `path` already
     holds with the same inputs (`run_inputs`) are read back, the others decoded and the file
     rewritten atomically after each, so an interrupted sweep resumes where it stopped. Other judge
-    heads' runs on the same questions are kept. Returns the questions and this sweep's name -> `Quality`."""
+    heads' runs are kept while their inputs are current. Returns the questions and this sweep's name -> `Quality`."""
     from .eagle import load_head
     from .judge import JUDGE_DIR, JudgeRule, TopKRule, load_judge
     from .models import load_draft
@@ -201,10 +209,8 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     recorded = load_sweep(path)
     done = {n: r for n, r in recorded.get("runs", {}).items()
             if n in runs and r.get("spec") == runs[n] and r.get("inputs") == inputs[n]}
-    shared = run_inputs({"model": "target", "drafter": "none", "rule": "standard"}, tasks)  # questions, sizes
-    others = {n: r for n, r in recorded.get("runs", {}).items()  # another judge head's, on the same questions
-              if n not in runs and _judge_of(r.get("spec", {})) not in (None, judge)
-              and all(r.get("inputs", {}).get(k) == v for k, v in shared.items())}
+    others = {n: r for n, r in recorded.get("runs", {}).items()  # another judge head's, still current
+              if n not in runs and _judge_of(r.get("spec", {})) not in (None, judge) and _current(r, tasks)}
     todo = [n for n in runs if n not in done]
     stale = sorted(set(recorded.get("runs", {})) - set(done) - set(others))
     if progress and stale:
@@ -243,6 +249,8 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
         if progress:
             print(f"[quality] {name}: {q.tokens_per_forward:.2f} tokens per forward, accuracy {q.mean_accuracy:.3f} "
                   f"({q.seconds / 60:.1f} min)", flush=True)
+    if not todo and set(result["runs"]) != set(recorded["runs"]):  # nothing decoded, but stale runs to drop
+        write_json(path, {**result, **{k: recorded[k] for k in ("command", "commit", "machine")}})
     return tasks, {n: q for n, q in recorded_qualities(result).items() if n in runs}
 
 
@@ -278,3 +286,34 @@ def format_quality(runs: dict[str, Quality]) -> str:
         lines.append(f"| {name} | {q.tokens_per_forward:.2f} | {ratio} | {q.mean_accuracy:.3f} | {points} | "
                      + " | ".join(f"{q.accuracy[k]:.2f}" for k in kinds) + " |")
     return "\n".join(lines)
+
+
+def judge_heads(result: dict) -> list[str]:
+    """The judge heads a sweep file holds runs for, the shipped one first."""
+    heads = {_judge_of(r["spec"]) for r in result["runs"].values()} - {None}
+    return sorted(heads, key=lambda j: (j != DEFAULT_JUDGE, j))
+
+
+def judge_runs(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE) -> list[str]:
+    """The names of one judge head's runs with the 2-layer draft (its threshold sweep)."""
+    suffix = "" if judge == DEFAULT_JUDGE else f" ({judge})"
+    return [n for n in runs if n.startswith("judge ") and n.endswith(suffix) and (suffix or "(" not in n)]
+
+
+def judge_bar(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE, points: float = 5.0) -> str:
+    """Judge Decoding's bar read off a sweep, in one sentence: the judge's run with the most tokens
+    per forward whose accuracy stays within `points` of the target's, as a multiple of standard
+    SD's tokens per forward, and the Top-K run nearest to it in tokens per forward."""
+    if "target only" not in runs or "standard SD" not in runs:
+        return "the sweep has not yet run the target alone and standard SD, which the bar is measured against"
+    target, sd = runs["target only"].mean_accuracy, runs["standard SD"].tokens_per_forward
+    within = [n for n in judge_runs(runs, judge) if runs[n].mean_accuracy >= target - points / 100]
+    if not within:
+        return f"no threshold of the judge head `{judge}` keeps the accuracy within {points:g} points of the target's"
+    best = max(within, key=lambda n: runs[n].tokens_per_forward)
+    tpf = runs[best].tokens_per_forward
+    nearest = min((n for n in runs if n.startswith("top-")), key=lambda n: abs(runs[n].tokens_per_forward - tpf))
+    return (f"most tokens per forward within {points:g} points of the target: {best}, {tpf / sd:.2f}x standard SD's "
+            f"({100 * (runs[best].mean_accuracy - target):+.1f} points); the nearest Top-K in tokens per forward, "
+            f"{nearest} at {runs[nearest].tokens_per_forward / sd:.2f}x, is "
+            f"{100 * (runs[nearest].mean_accuracy - target):+.1f} points")

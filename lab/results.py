@@ -19,7 +19,7 @@ from .endtoend import format_end_to_end
 from .errors import LabError
 from .figures import load_manifest
 from .paths import DATA_DIR, ROOT
-from .quality import QUALITY_FILE, QUALITY_HOW, format_quality, recorded_qualities
+from .quality import QUALITY_FILE, QUALITY_HOW, format_quality, judge_bar, judge_heads, recorded_qualities
 
 RESULTS_DIR = DATA_DIR / "results"
 END_TO_END = RESULTS_DIR / "end_to_end.json"  # `python -m lab endtoend` (notebook 08): several settings in one file
@@ -247,15 +247,17 @@ def _judge_quality() -> list[str]:
     if not QUALITY_FILE.exists():
         return lines + [f"No quality sweep recorded yet: {QUALITY_HOW}.", ""]
     result = _load(QUALITY_FILE)
-    m = result["machine"]
+    m, runs = result["machine"], recorded_qualities(result)
     return lines + [f"`{repo_path(QUALITY_FILE)}`: `{result['command']}` on {m.get('cpu', '?')}, "
                     f"{m.get('cores', '?')} cores, float32 target (commit {_commit(result)}). {result['questions']} "
                     f"questions of the evaluation half (`lab.tasks`, seed {result['seed']}), which the judge's labels "
                     f"never touch; greedy, chains of {result['draft_len']} from the 2-layer draft "
                     f"(`eagle`: the shipped EAGLE-1 head's top-1 chain), at most "
                     f"{result['max_new_tokens']} new tokens; tok/fwd counts verification forwards of "
-                    "the target; x SD: against standard SD with the 2-layer draft.", "",
-                    format_quality(recorded_qualities(result)), ""]
+                    "the target; x SD: against standard SD with the 2-layer draft; `(NAME)`: the judge head "
+                    "`data/judge/NAME.json` instead of the shipped one.", "",
+                    format_quality(runs), ""] + [f"* judge head `{head}`: {judge_bar(runs, head)}."
+                                                  for head in judge_heads(result)] + [""]
 
 
 # the README's generated blocks: marker name -> renderer

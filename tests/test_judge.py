@@ -371,3 +371,13 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, progress=False)
     assert len(decoded) == 2 * len(names) + 4  # other questions: every run again
     assert list(json.loads(path.read_text())["runs"]) == list(again)  # and the other head's runs are dropped
+    quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, judge="judge-both", progress=False)
+    (judges / "judge-both.json").write_text("{}")  # that head retrained: its runs are no longer shown
+    quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, judge="judge-both", progress=False)
+    assert len(decoded) == 2 * len(names) + 8
+    (judges / "judge-both.json").write_text("[]")  # retrained again: the shipped head's sweep drops its runs
+    written = json.loads(path.read_text())
+    assert quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, progress=False)
+    assert len(decoded) == 2 * len(names) + 8  # without decoding anything
+    kept = json.loads(path.read_text())
+    assert list(kept["runs"]) == list(again) and kept["commit"] == written["commit"]
