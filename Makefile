@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality bench-eagle3 data drafts eagle-heads eagle3-heads scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters bench-eagle3 data drafts eagle-heads eagle3-heads scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -97,6 +97,12 @@ judge-head: setup
 
 judge-quality: setup
 	$(PY) -m lab quality
+
+# A second judge head, its mined labels also from the EAGLE-1 head's first drafts, swept beside
+# the shipped one in the same file (session 14; about 55 minutes).
+judge-two-drafters: setup
+	$(PY) -m lab train judge --mined 131 --mine-with draft,eagle1 --out data/judge/judge-draft-eagle1.json
+	$(PY) -m lab quality --judge judge-draft-eagle1
 
 bench-judge: setup
 	$(PY) -m lab bench --methods ar,sd,judge,topk --dataset humaneval --limit 10 --max-new-tokens 192 \
