@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from .errors import LabError
 from .paths import ROOT
 
 _UMASK = os.umask(0o022)
@@ -40,6 +41,18 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2) + "\n"))
+
+
+def read_results(path: Path) -> dict | None:
+    """A results file an earlier (perhaps interrupted) run wrote, None if there is none yet. A file
+    that does not parse cannot be half-written by `write_json` (it renames whole files), so it is
+    reported, not silently replaced."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise LabError(f"{path} is not valid JSON: move it away (or delete it) and rerun") from None
 
 
 def repo_path(path: Path) -> str:

@@ -20,11 +20,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .artifacts import command_line, git_commit, machine, write_json
+from .artifacts import command_line, git_commit, machine, read_results, write_json
 from .bench import LOSSY_METHODS, Setup, run_bench
 from .data import load_prompts
 from .errors import LabError
-from .paths import CACHE_DIR, DATA_DIR, fast_mode
+from .paths import DATA_DIR, results_file
 from .sampling import Sampling
 
 RESULTS_FILE = DATA_DIR / "results" / "end_to_end.json"
@@ -87,9 +87,8 @@ def methods_for(setting: Setting, methods: list[str]) -> tuple[list[str], dict[s
 
 
 def results_path() -> Path:
-    """data/results/end_to_end.json at full size; in fast mode a gitignored file, so a CI-sized
-    run never replaces the committed results (as `figure_path` does for figures)."""
-    return CACHE_DIR / "results-fast" / "end_to_end.json" if fast_mode() else RESULTS_FILE
+    """data/results/end_to_end.json at full size, a gitignored file in fast mode."""
+    return results_file(RESULTS_FILE.name)
 
 
 def _options(argv: list[str]) -> list[tuple[str, str]]:
@@ -121,15 +120,8 @@ def _fingerprint(args: argparse.Namespace) -> dict:
 
 
 def load_partial(path: Path) -> dict:
-    """The settings a earlier run finished (empty if there is no file yet). A file that does not
-    parse cannot be half-written by this module (it renames whole files), so it is reported,
-    not silently replaced."""
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text()).get("settings", {})
-    except json.JSONDecodeError:
-        raise LabError(f"{path} is not valid JSON: move it away (or delete it) and rerun") from None
+    """The settings an earlier run finished (empty if there is no file yet)."""
+    return (read_results(path) or {}).get("settings", {})
 
 
 def run_end_to_end(args: argparse.Namespace, setup: Setup, path: Path | None = None, progress: bool = True) -> dict:

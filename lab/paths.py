@@ -22,3 +22,11 @@ def figure_path(name: str) -> Path:
     folder = CACHE_DIR / "figures-fast" if fast_mode() else FIGURES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     return folder / name
+
+
+def results_file(name: str, fast: bool | None = None) -> Path:
+    """Where a resumable command keeps its results: data/results/NAME at full size; in fast mode
+    (`fast`, else LAB_FAST) a gitignored file, so a CI-sized run never replaces the committed
+    results (as `figure_path` does for figures)."""
+    fast = fast_mode() if fast is None else fast
+    return CACHE_DIR / "results-fast" / name if fast else DATA_DIR / "results" / name

@@ -11,19 +11,18 @@ quality-against-speed comparison on the evaluation questions, one JSON, resumabl
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .artifacts import command_line, git_commit, machine, write_json
+from .artifacts import command_line, git_commit, machine, read_results, write_json
 from .data import HUMANEVAL_INSTRUCTION, chat_ids, humaneval_split
 from .decode import decode
 from .drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
 from .engine import engine_for
 from .errors import LabError
-from .paths import CACHE_DIR, DATA_DIR
+from .paths import DATA_DIR, results_file
 from .sampling import Sampling
 from .sandbox import run_python
 from .tasks import Task, make_tasks
@@ -156,8 +155,9 @@ def run_inputs(spec: dict, tasks: list[Task]) -> dict:
     from .eagle import head_path
     from .judge import JUDGE_DIR
     from .models import TARGET_NAME, draft_path
-    inputs = {"target": TARGET_NAME, "questions": hashlib.sha256("\n".join(t.question for t in tasks).encode()).hexdigest()[:16],
-              "draft_len": SWEEP_DRAFT_LEN, "max_new_tokens": SWEEP_MAX_NEW_TOKENS}
+    questions = hashlib.sha256("\n".join(t.question for t in tasks).encode()).hexdigest()[:16]
+    inputs = {"target": TARGET_NAME, "questions": questions, "draft_len": SWEEP_DRAFT_LEN,
+              "max_new_tokens": SWEEP_MAX_NEW_TOKENS}
     if "draft" in (spec["model"], spec["drafter"]):
         inputs["draft"] = _sha(draft_path(2))
     if spec["drafter"] == "eagle1":
@@ -177,18 +177,12 @@ def _current(record: dict, tasks: list[Task]) -> bool:
 
 def load_sweep(path: Path) -> dict:
     """The file an earlier sweep wrote (an empty one if there is none yet)."""
-    if not path.exists():
-        return {"runs": {}}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise LabError(f"{path} is not valid JSON: move it away (or delete it) and rerun") from None
+    return read_results(path) or {"runs": {}}
 
 
 def sweep_path(fast: bool) -> Path:
-    """data/results/judge_quality.json at full size; in fast mode a gitignored file, so a CI-sized
-    sweep never replaces the committed one."""
-    return CACHE_DIR / "results-fast" / QUALITY_FILE.name if fast else QUALITY_FILE
+    """data/results/judge_quality.json at full size, a gitignored file in fast mode."""
+    return results_file(QUALITY_FILE.name, fast)
 
 
 def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, path: Path | None = None,
@@ -223,16 +217,21 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
 
     def model(name: str):  # loaded once, and only if a run needs it
         if name not in models:
-            models[name] = {"draft": lambda: load_draft(target, 2), "eagle1": lambda: load_head(target)}[name]()
+            models[name] = load_draft(target, 2) if name == "draft" else load_head(target)
         return models[name]
 
     def rule(text: str):
         kind, _, value = text.partition(":")
-        return {"standard": lambda: None, "topk": lambda: TopKRule(int(value)),
-                "judge": lambda: JudgeRule(probe, float(value))}[kind]()
+        if kind == "standard":
+            return None
+        return TopKRule(int(value)) if kind == "topk" else JudgeRule(probe, float(value))
 
-    drafters = {"none": lambda: NoDraft, "draft": lambda: lambda: ModelDraft(model("draft")),
-                "eagle1": lambda: lambda: EagleDraft(model("eagle1"), "chain", depth=EAGLE_CHAIN_DEPTH)}
+    def make_drafter(kind: str) -> Callable:  # a fresh drafter per question
+        if kind == "none":
+            return NoDraft
+        if kind == "draft":
+            return lambda: ModelDraft(model("draft"))
+        return lambda: EagleDraft(model("eagle1"), "chain", depth=EAGLE_CHAIN_DEPTH)
     commit = git_commit()  # the code this process loaded: read once, not at each write
     result = {"kind": "judge_quality", "command": command_line(), "questions": len(tasks),
               "per_kind": per_kind, "seed": EVALUATION_SEED, "split": "evaluation", "draft_len": SWEEP_DRAFT_LEN,
@@ -240,7 +239,7 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     for name in todo:
         spec = runs[name]
         answering = target if spec["model"] == "target" else model("draft")
-        q = answer_quality(answering, tokenizer, tasks, drafters[spec["drafter"]](), rule(spec["rule"]),
+        q = answer_quality(answering, tokenizer, tasks, make_drafter(spec["drafter"]), rule(spec["rule"]),
                            SWEEP_DRAFT_LEN, SWEEP_MAX_NEW_TOKENS)
         result["runs"][name] = {"spec": spec, "inputs": inputs[name], **asdict(q), "commit": commit}
         result["runs"] = _in_order(result["runs"], list(runs))
