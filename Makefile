@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters bench-eagle3 data drafts eagle-heads eagle3-heads scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -123,6 +123,16 @@ bench-eagle3: setup
 	$(PY) -m lab bench --methods ar,eagle3,eagle3-static --dataset mt_bench --limit 10 \
 		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_static.json
 
+# The same three comparisons with the curriculum head (`make eagle3-curriculum`) as eagle3.
+CURRICULUM_HEAD := --eagle3-head eagle3-curriculum
+bench-eagle3-curriculum: setup
+	$(PY) -m lab bench --methods ar,hf-pld,eagle2,eagle3 $(CURRICULUM_HEAD) --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_curriculum.json
+	$(PY) -m lab bench --methods ar,eagle2,eagle3 --eagle-tree 4,6,24 $(CURRICULUM_HEAD) --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_curriculum_tree24.json
+	$(PY) -m lab bench --methods ar,eagle2,eagle3 $(CURRICULUM_HEAD) --dataset humaneval --limit 10 \
+		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_curriculum_humaneval.json
+
 # Rebuild the shipped artifacts (long jobs: run them with nohup; both resume).
 data: setup
 	$(PY) -m lab data build --tokens 200000
@@ -165,6 +175,19 @@ eagle3-heads: setup
 	$(PY) -m lab train eagle3 --name eagle3-s3 --ttt-steps 3 --minutes 5
 	$(PY) -m lab train eagle3 --name eagle3-v16k --draft-vocab 16384 --minutes 5
 	$(PY) -m lab evaluate eagle3
+
+# A curriculum for EAGLE-3 (session 15): S = 1 (plain next-token training, many cheap steps)
+# first, then training-time test (S = 7) from that head, on the shipped head's data (regenerated
+# answers plus 400k reply tokens, their features as in eagle3-heads); and the same split of
+# notebook 06's 5 CPU-minutes (3.5 + 1.5) on the regenerated set, beside eagle3-short and eagle3-s1.
+eagle3-curriculum: setup
+	$(PY) -m lab train eagle3 --name eagle3-curriculum-s1 --ttt-steps 1 --replies 400000 \
+		--reply-feature-dtype bfloat16 --minutes 40
+	$(PY) -m lab train eagle3 --name eagle3-curriculum --init eagle3-curriculum-s1 --replies 400000 \
+		--reply-feature-dtype bfloat16 --minutes 50 --lr 5e-4
+	$(PY) -m lab train eagle3 --name eagle3-cur-s1 --ttt-steps 1 --minutes 3.5
+	$(PY) -m lab train eagle3 --name eagle3-cur --init eagle3-cur-s1 --minutes 1.5
+	$(PY) -m lab tune tree --head eagle3 --name eagle3-curriculum
 
 # notebook 06's data scaling: EAGLE-1 and EAGLE-3 heads on the first 1/8, 1/4, 1/2 and all of the
 # 1,472 regenerated training prompts, at equal optimiser steps per kind (the steps that 5
