@@ -112,26 +112,20 @@ tune-bf16: setup
 	$(PY) -m lab tune tree --dtype bfloat16
 
 # The benchmark of the EAGLE-3 issue: each head with its tuned tree, then both with one fixed tree,
-# then HumanEval (tree sizes from `make tune-eagle3`).
+# then HumanEval, then the static tree (tree sizes from `make tune-eagle3`). Another EAGLE-3 head:
+# `make bench-eagle3 EAGLE3_HEAD=NAME EAGLE3_RESULTS=bench_NAME` (bench-eagle3-curriculum).
+EAGLE3_HEAD ?= eagle3
+EAGLE3_RESULTS ?= bench_eagle3
+EAGLE3_BENCH = $(PY) -m lab bench --eagle3-head $(EAGLE3_HEAD) --limit 10 --max-new-tokens 128 --temperature 0
 bench-eagle3: setup
-	$(PY) -m lab bench --methods ar,hf-pld,eagle2,eagle3 --dataset mt_bench --limit 10 \
-		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3.json
-	$(PY) -m lab bench --methods ar,eagle2,eagle3 --eagle-tree 4,6,24 --dataset mt_bench --limit 10 \
-		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_tree24.json
-	$(PY) -m lab bench --methods ar,eagle2,eagle3 --dataset humaneval --limit 10 \
-		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_humaneval.json
-	$(PY) -m lab bench --methods ar,eagle3,eagle3-static --dataset mt_bench --limit 10 \
-		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_static.json
+	$(EAGLE3_BENCH) --methods ar,hf-pld,eagle2,eagle3 --dataset mt_bench --json data/results/$(EAGLE3_RESULTS).json
+	$(EAGLE3_BENCH) --methods ar,eagle2,eagle3 --eagle-tree 4,6,24 --dataset mt_bench \
+		--json data/results/$(EAGLE3_RESULTS)_tree24.json
+	$(EAGLE3_BENCH) --methods ar,eagle2,eagle3 --dataset humaneval --json data/results/$(EAGLE3_RESULTS)_humaneval.json
+	$(EAGLE3_BENCH) --methods ar,eagle3,eagle3-static --dataset mt_bench --json data/results/$(EAGLE3_RESULTS)_static.json
 
-# The same three comparisons with the curriculum head (`make eagle3-curriculum`) as eagle3.
-CURRICULUM_HEAD := --eagle3-head eagle3-curriculum
-bench-eagle3-curriculum: setup
-	$(PY) -m lab bench --methods ar,hf-pld,eagle2,eagle3 $(CURRICULUM_HEAD) --dataset mt_bench --limit 10 \
-		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_curriculum.json
-	$(PY) -m lab bench --methods ar,eagle2,eagle3 --eagle-tree 4,6,24 $(CURRICULUM_HEAD) --dataset mt_bench --limit 10 \
-		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_curriculum_tree24.json
-	$(PY) -m lab bench --methods ar,eagle2,eagle3 $(CURRICULUM_HEAD) --dataset humaneval --limit 10 \
-		--max-new-tokens 128 --temperature 0 --json data/results/bench_eagle3_curriculum_humaneval.json
+bench-eagle3-curriculum:
+	$(MAKE) bench-eagle3 EAGLE3_HEAD=eagle3-curriculum EAGLE3_RESULTS=bench_eagle3_curriculum
 
 # Rebuild the shipped artifacts (long jobs: run them with nohup; both resume).
 data: setup

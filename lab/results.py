@@ -31,7 +31,8 @@ BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.j
                "bench_eagle3.json", "bench_eagle3_before_retune.json", "bench_eagle3_tree24.json",
                "bench_eagle3_humaneval.json", "bench_eagle3_static.json", "bench_eagle3_gpu_heads_tree24.json",
                "bench_eagle3_gpu_heads_humaneval.json", "bench_eagle3_curriculum.json",
-               "bench_eagle3_curriculum_tree24.json", "bench_eagle3_curriculum_humaneval.json")
+               "bench_eagle3_curriculum_tree24.json", "bench_eagle3_curriculum_humaneval.json",
+               "bench_eagle3_curriculum_static.json")
 # Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
 # n-alpha is shown from `python -m lab evaluate` only: training manifests written before the
 # ChainTally fix divided chain(d) by chain(d-1) over different sets of chains.
