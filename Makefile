@@ -173,7 +173,9 @@ eagle3-heads: setup
 # A curriculum for EAGLE-3 (session 15): S = 1 (plain next-token training, many cheap steps)
 # first, then training-time test (S = 7) from that head, on the shipped head's data (regenerated
 # answers plus 400k reply tokens, their features as in eagle3-heads); and the same split of
-# notebook 06's 5 CPU-minutes (3.5 + 1.5) on the regenerated set, beside eagle3-short and eagle3-s1.
+# notebook 06's 5 CPU-minutes (3.5 + 1.5) on the regenerated set, beside eagle3-short and eagle3-s1;
+# and the 5 minutes split evenly, as steps at the rates that split ran at (202 S = 1 steps in 3.5
+# minutes, 24 S = 7 steps in 1.5): 144 + 40 (session 16; fixed steps, so a busy machine cannot change it).
 eagle3-curriculum: setup
 	$(PY) -m lab train eagle3 --name eagle3-curriculum-s1 --ttt-steps 1 --replies 400000 \
 		--reply-feature-dtype bfloat16 --minutes 40
@@ -181,6 +183,8 @@ eagle3-curriculum: setup
 		--reply-feature-dtype bfloat16 --minutes 50 --lr 5e-4
 	$(PY) -m lab train eagle3 --name eagle3-cur-s1 --ttt-steps 1 --minutes 3.5
 	$(PY) -m lab train eagle3 --name eagle3-cur --init eagle3-cur-s1 --minutes 1.5
+	$(PY) -m lab train eagle3 --name eagle3-cur-even-s1 --ttt-steps 1 --max-steps 144
+	$(PY) -m lab train eagle3 --name eagle3-cur-even --init eagle3-cur-even-s1 --max-steps 40
 	$(PY) -m lab tune tree --head eagle3 --name eagle3-curriculum
 
 # notebook 06's data scaling: EAGLE-1 and EAGLE-3 heads on the first 1/8, 1/4, 1/2 and all of the
