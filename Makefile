@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -103,6 +103,12 @@ judge-quality: setup
 judge-two-drafters: setup
 	$(PY) -m lab train judge --mined 131 --mine-with draft,eagle1 --out data/judge/judge-draft-eagle1.json
 	$(PY) -m lab quality --judge judge-draft-eagle1
+
+# A third head: the two-drafter labels, and a probe that also reads the token's log-probability
+# and entropy under the target's logits beside the hidden state (session 17).
+judge-logits: setup
+	$(PY) -m lab train judge --mined 131 --mine-with draft,eagle1 --with-logits --out data/judge/judge-logits.json
+	$(PY) -m lab quality --judge judge-logits
 
 bench-judge: setup
 	$(PY) -m lab bench --methods ar,sd,judge,topk --dataset humaneval --limit 10 --max-new-tokens 192 \

@@ -211,7 +211,7 @@ def _train(args: argparse.Namespace) -> None:
         if args.mined_only and not args.mined:
             raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
         train_judge(mined=args.mined, mined_only=args.mined_only, mine_cap=args.mine_cap,
-                    mine_with=tuple(args.mine_with.split(",")),
+                    mine_with=tuple(args.mine_with.split(",")), reads_logits=args.with_logits,
                     out=Path(args.out) if args.out else JUDGE_DIR / "judge.json")
     elif args.what == "eagle3":
         from .eagle3 import head_path
@@ -377,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "the default) and/or eagle1 (the shipped EAGLE-1 head's first drafts)")
     train.add_argument("--mine-cap", type=int, default=8,
                        help="judge: at most this many mismatches tried per item (default 8)")
+    train.add_argument("--with-logits", action="store_true",
+                       help="judge: the probe also reads the token's log-probability and the entropy under the "
+                            "target's logits, beside the hidden state")
     train.add_argument("--out", default=None, help="judge: write the head here (default data/judge/judge.json)")
     train.add_argument("--minutes", type=float, default=None,
                        help="wall-clock budget in minutes (default: 6 for a draft, 30 for EAGLE-1, 60 for EAGLE-3)")

@@ -113,30 +113,41 @@ def label_tokens(tokenizer, prompt_ids: list[int], original: str, mutation: Muta
 
 # ---- features and probes ---------------------------------------------------------------------
 
+# what a judge can read besides the hidden state: the target's own verdict on the token
+LOGIT_FEATURES = ("log_probability", "entropy")
+
+
+def logit_features(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """[n, 2]: each token's log-probability under the target's logits [n, V] at the position that
+    predicts it, and the entropy of that distribution (the columns of LOGIT_FEATURES)."""
+    logp = torch.log_softmax(logits.float(), -1)
+    return torch.stack([logp.gather(1, tokens[:, None].to(logp.device))[:, 0], -(logp.exp() * logp).sum(-1)], 1)
+
+
 @torch.inference_mode()
 def token_features(target, examples: list[Labelled], layers: list[int]) -> dict:
     """For every labelled answer token: the target's hidden state at that token's position at each
-    of `layers` (transformers' convention: 0 the embeddings, N the final normed state), and two
-    baselines from the target's logits at the previous position: the token's probability and the
-    entropy there. `groups` (the split key) and `sources` name each token's answer."""
+    of `layers` (transformers' convention: 0 the embeddings, N the final normed state), and
+    `logit_features` from the target's logits at the previous position (also split out as the two
+    baselines: the token's probability and the entropy there). `groups` (the split key) and
+    `sources` name each token's answer."""
     from .engine import Engine
     feats = {layer: [] for layer in layers}
-    labels, groups, sources, prob, entropy = [], [], [], [], []
+    labels, groups, sources, from_logits = [], [], [], []
     for ex in examples:
         engine = Engine(target)
         scored = engine.forward(ex.ids, hidden_layers=tuple(layers))
         rows = [ex.answer_start + i for i, y in enumerate(ex.labels) if y >= 0]
-        logp = torch.log_softmax(scored.logits[[r - 1 for r in rows]].float(), -1)
-        tokens = torch.tensor([ex.ids[r] for r in rows])
-        prob += logp.gather(1, tokens[:, None])[:, 0].exp().tolist()
-        entropy += (-(logp.exp() * logp).sum(-1)).tolist()
+        from_logits.append(logit_features(scored.logits[[r - 1 for r in rows]], torch.tensor([ex.ids[r] for r in rows])))
         for layer in layers:
             feats[layer].append(scored.hidden[layer][rows].float())
         labels += [y for y in ex.labels if y >= 0]
         groups += [ex.problem] * len(rows)
         sources += [ex.source] * len(rows)
-    return {"features": {layer: torch.cat(f).numpy() for layer, f in feats.items()},
-            "labels": labels, "groups": groups, "sources": sources, "token_probability": prob, "entropy": entropy}
+    from_logits = torch.cat(from_logits).cpu()
+    return {"features": {layer: torch.cat(f).numpy() for layer, f in feats.items()}, "logit_features": from_logits.numpy(),
+            "labels": labels, "groups": groups, "sources": sources,
+            "token_probability": from_logits[:, 0].exp().tolist(), "entropy": from_logits[:, 1].tolist()}
 
 
 def split_by_problem(groups: list[str], validation: float = 0.3, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -150,28 +161,34 @@ def split_by_problem(groups: list[str], validation: float = 0.3, seed: int = 0) 
 
 @dataclass
 class Probe:
-    """A logistic-regression judge on one layer: P(correct) = sigmoid(w . (h - mean) / std + b)."""
+    """A logistic-regression judge on one layer: P(correct) = sigmoid(w . (x - mean) / std + b),
+    where x is the hidden state, followed by the token's `logit_features` if `reads_logits`."""
     layer: int
     mean: torch.Tensor
     std: torch.Tensor
     weight: torch.Tensor
     bias: float
+    reads_logits: bool = False
 
-    def score(self, hidden: torch.Tensor) -> torch.Tensor:
-        """P(correct) for hidden states [n, H]."""
-        x = (hidden.float() - self.mean) / self.std
-        return torch.sigmoid(x @ self.weight + self.bias)
+    def score(self, hidden: torch.Tensor, from_logits: torch.Tensor | None = None) -> torch.Tensor:
+        """P(correct) for hidden states [n, H] (and, for a head that reads them, logit features [n, 2])."""
+        if self.reads_logits != (from_logits is not None):
+            raise LabError("this judge head reads the token's log-probability and entropy too: pass `logit_features`"
+                           if self.reads_logits else "this judge head reads the hidden state only: pass no logit features")
+        x = hidden.float() if from_logits is None else torch.cat([hidden.float(), from_logits.float()], 1)
+        return torch.sigmoid((x - self.mean) / self.std @ self.weight + self.bias)
 
 
-def fit_probe(x, y, layer: int, c: float = 0.1) -> Probe:
-    """Logistic regression with the wrong (rare) class up-weighted (scikit-learn, balanced)."""
+def fit_probe(x, y, layer: int, c: float = 0.1, reads_logits: bool = False) -> Probe:
+    """Logistic regression with the wrong (rare) class up-weighted (scikit-learn, balanced). `x`
+    is [n, H], or [n, H + 2] with the logit features last if `reads_logits`."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
     mean, std = x.mean(0), x.std(0) + 1e-6
     model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000)
     model.fit((x - mean) / std, np.asarray(y))
     return Probe(layer, torch.tensor(mean), torch.tensor(std), torch.tensor(model.coef_[0], dtype=torch.float32),
-                 float(model.intercept_[0]))
+                 float(model.intercept_[0]), reads_logits)
 
 
 def auc(scores, labels) -> float:
@@ -194,7 +211,7 @@ def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DI
     """The head (577 numbers for SmolLM2's 576-wide states) and its threshold, with the manifest."""
     from .artifacts import repo_path, write_json
     write_json(path, {**manifest, "artifact": repo_path(path), "layer": probe.layer,
-                      "delta": delta, "bias": probe.bias, "weight": probe.weight.tolist(),
+                      "reads_logits": probe.reads_logits, "delta": delta, "bias": probe.bias, "weight": probe.weight.tolist(),
                       "mean": probe.mean.tolist(), "std": probe.std.tolist()})
     return path
 
@@ -205,11 +222,13 @@ def load_judge(target, path: Path = JUDGE_DIR / "judge.json") -> tuple[Probe, fl
     if not path.exists():
         raise LabError(f"no judge head at {path}: run `python -m lab train judge`")
     head = json.loads(path.read_text())
-    if head.get("target") != TARGET_NAME or len(head["weight"]) != target.config.hidden_size:
+    reads_logits = head.get("reads_logits", False)
+    width = target.config.hidden_size + len(LOGIT_FEATURES) * reads_logits
+    if head.get("target") != TARGET_NAME or len(head["weight"]) != width:
         raise LabError(f"{path} was trained for another target ({head.get('target')}, width {len(head['weight'])}): "
                        "retrain it with `python -m lab train judge`")
     probe = Probe(head["layer"], torch.tensor(head["mean"]), torch.tensor(head["std"]), torch.tensor(head["weight"]),
-                  head["bias"])
+                  head["bias"], reads_logits)
     return probe, head["delta"]
 
 
@@ -231,13 +250,16 @@ class TopKRule:
 
 class JudgeRule:
     """Accept a draft token if the judge says it is correct in context: P(correct) > delta, from
-    the target's hidden state at the token's own position (scored in the same forward)."""
+    the target's hidden state at the token's own position (scored in the same forward) and, for a
+    head that reads them, the token's log-probability and the entropy under the target's logits."""
 
     def __init__(self, probe: Probe, delta: float):
         self.probe, self.delta, self.layers, self.name = probe, delta, (probe.layer,), "judge"
 
-    def scores(self, hidden: dict, n: int) -> torch.Tensor:
-        return self.probe.score(hidden[self.probe.layer][1: n + 1].cpu())
+    def scores(self, drafts: list[int], logits: torch.Tensor, hidden: dict) -> torch.Tensor:
+        n = len(drafts)
+        from_logits = logit_features(logits[:n].cpu(), torch.tensor(drafts)) if self.probe.reads_logits else None
+        return self.probe.score(hidden[self.probe.layer][1: n + 1].cpu(), from_logits)
 
     def accepts(self, drafts: list[int], logits: torch.Tensor, hidden: dict) -> list[bool]:
-        return (self.scores(hidden, len(drafts)) > self.delta).tolist()
+        return (self.scores(drafts, logits, hidden) > self.delta).tolist()

@@ -216,24 +216,56 @@ def test_a_mined_token_is_read_where_the_judge_reads_it_in_decoding(tiny, other,
     record = mine_item(Engine(tiny), other, _item(tokenizer, lambda ids: True), cap=3, eos_id=None)
     layers = [1, tiny.config.num_hidden_layers]
     for ex, m in zip(labelled(record), record["mismatches"]):
-        features = token_features(tiny, [ex], layers)["features"]
+        data = token_features(tiny, [ex], layers)
+        from_logits = torch.from_numpy(data["logit_features"])
         for layer in layers:
-            probe = Probe(layer, torch.zeros(64), torch.ones(64), torch.linspace(-3, 3, 64), 0.0)
-            seen = []
+            for reads_logits in (False, True):
+                # reading the hidden state, or (with reads_logits) only the draft token's log-probability
+                weight = torch.cat([torch.zeros(64), torch.tensor([1.0, 0.0])]) if reads_logits else torch.linspace(-3, 3, 64)
+                probe = Probe(layer, torch.zeros(len(weight)), torch.ones(len(weight)), weight, 0.0, reads_logits)
+                seen = []
 
-            class Recording(JudgeRule):
-                def accepts(self, drafts, logits, hidden):
-                    seen.append((hidden[layer].clone(), self.scores(hidden, len(drafts))))
-                    return super().accepts(drafts, logits, hidden)
-            # decoding: the target's answer up to the mismatch, then the draft proposes the mined token
-            context = record["prompt"] + record["answer"][: m["position"]]
-            decode(Engine(tiny), ReferenceDraft(len(context), [m["draft"]]), context, 2, GREEDY, 1, 0, None,
-                   rule=Recording(probe, 0.5))
-            hidden, scores = seen[0]
-            mined = torch.from_numpy(features[layer][0])
-            assert torch.allclose(hidden[1], mined, atol=1e-4)  # row 1 of [last, draft]: the draft token's own
-            assert not torch.allclose(hidden[0], mined, atol=1e-3)  # not the position before it
-            assert torch.allclose(scores[0], probe.score(mined[None])[0], atol=1e-4)
+                class Recording(JudgeRule):
+                    def accepts(self, drafts, logits, hidden):
+                        seen.append((hidden[layer].clone(), self.scores(drafts, logits, hidden)))
+                        return super().accepts(drafts, logits, hidden)
+                # decoding: the target's answer up to the mismatch, then the draft proposes the mined token
+                context = record["prompt"] + record["answer"][: m["position"]]
+                decode(Engine(tiny), ReferenceDraft(len(context), [m["draft"]]), context, 2, GREEDY, 1, 0, None,
+                       rule=Recording(probe, 0.5))
+                hidden, scores = seen[0]
+                mined = torch.from_numpy(data["features"][layer][0])
+                assert torch.allclose(hidden[1], mined, atol=1e-4)  # row 1 of [last, draft]: the draft token's own
+                assert not torch.allclose(hidden[0], mined, atol=1e-3)  # not the position before it
+                expected = probe.score(mined[None], from_logits[:1] if reads_logits else None)[0]
+                assert torch.allclose(scores[0], expected, atol=1e-4)
+                if reads_logits:  # the probability the target gave the draft token where it predicts it
+                    p_draft = torch.softmax(Engine(tiny).forward(context).logits[-1].float(), -1)[m["draft"]]
+                    assert torch.allclose(scores[0], torch.sigmoid(p_draft.log()), atol=1e-4)
+
+
+def test_a_judge_that_reads_logits_loads_back_and_asks_for_them(tiny, tmp_path):
+    from lab.judge import logit_features, save_judge
+    width = tiny.config.hidden_size + 2
+    probe = Probe(3, torch.zeros(width), torch.ones(width), torch.zeros(width), 0.0, reads_logits=True)
+    probe.weight[-2] = 1.0  # P(correct) = sigmoid(log-probability of the token)
+    path = save_judge(probe, 0.4, {"target": "SmolLM2-135M-Instruct"}, tmp_path / "head.json")
+    loaded, delta = load_judge(tiny, path)
+    assert loaded.reads_logits and delta == 0.4 and torch.equal(loaded.weight, probe.weight)
+    narrow = Probe(3, torch.zeros(width - 2), torch.ones(width - 2), torch.zeros(width - 2), 0.0)
+    narrow.reads_logits = True  # a head that claims the logit features but has no weights for them
+    with pytest.raises(LabError, match="another target"):
+        load_judge(tiny, save_judge(narrow, 0.4, {"target": "SmolLM2-135M-Instruct"}, tmp_path / "narrow.json"))
+    hidden = torch.randn(2, tiny.config.hidden_size)
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [8.0, 0.0, 0.0, 0.0]])
+    from_logits = logit_features(logits, torch.tensor([0, 0]))
+    assert torch.allclose(from_logits[:, 0].exp(), torch.tensor([0.25, torch.softmax(logits[1], 0)[0].item()]))
+    assert torch.allclose(from_logits[0, 1], torch.log(torch.tensor(4.0)))  # uniform over 4: entropy log 4
+    assert torch.allclose(probe.score(hidden, from_logits), torch.sigmoid(from_logits[:, 0]))
+    with pytest.raises(LabError, match="log-probability and entropy too"):
+        probe.score(hidden)
+    with pytest.raises(LabError, match="hidden state only"):
+        Probe(3, torch.zeros(4), torch.ones(4), torch.zeros(4), 0.0).score(torch.zeros(1, 4), from_logits[:1])
 
 
 def test_mining_resumes_from_its_cache(tiny, other, tokenizer, tmp_path):
@@ -286,9 +318,13 @@ def test_the_split_keeps_planted_and_mined_labels_of_a_problem_together(tiny, ot
 def test_per_source_report_counts_tokens_and_scores_validation_rows():
     from lab.train.judge import per_source
     sources, labels = ["a"] * 4 + ["b"] * 4, [1, 0, 1, 0, 1, 1, 0, 1]
-    report = per_source(sources, labels, [0.9, 0.1, 0.8, 0.6, 0.3, 0.7], [0, 1, 2, 3, 5, 7], delta=0.5)
-    assert report["a"] == {"positive": 2, "negative": 2, "val_auc": 1.0, "val_wrong_rejected": 0.5}
-    assert report["b"] == {"positive": 3, "negative": 1, "val_auc": None, "val_wrong_rejected": None}
+    token_probability = [0.2, 0.9, 0.8, 0.1, 0.5, 0.5, 0.5, 0.5]  # every row's; a's: half its pairs in order
+    report = per_source(sources, labels, [0.9, 0.1, 0.8, 0.6, 0.3, 0.7], [0, 1, 2, 3, 5, 7], delta=0.5,
+                        token_probability=token_probability)
+    assert report["a"] == {"positive": 2, "negative": 2, "val_auc": 1.0, "val_auc_token_probability": 0.5,
+                           "val_wrong_rejected": 0.5}
+    assert report["b"] == {"positive": 3, "negative": 1, "val_auc": None, "val_auc_token_probability": None,
+                           "val_wrong_rejected": None}
 
 
 @torch.inference_mode()

@@ -112,11 +112,12 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
     return examples, counts
 
 
-def per_source(sources: list[str], labels, val_scores, val: list[int], delta: float) -> dict:
-    """Per source: positive and negative tokens (all splits), validation AUC (None unless the
-    source has both classes in validation) and the share of its validation wrong tokens that the
-    judge rejects at `delta` (None without any). `val_scores[k]` is the judge's score of row val[k]."""
-    labels = np.asarray(labels)
+def per_source(sources: list[str], labels, val_scores, val: list[int], delta: float, token_probability) -> dict:
+    """Per source: positive and negative tokens (all splits), validation AUC of the judge and of
+    the token's own probability (None unless the source has both classes in validation) and the
+    share of its validation wrong tokens that the judge rejects at `delta` (None without any).
+    `val_scores[k]` is the judge's score of row val[k]; `token_probability` has every row's."""
+    labels, token_probability = np.asarray(labels), np.asarray(token_probability)
     scores = np.full(len(labels), np.nan)
     scores[val] = val_scores
     report = {}
@@ -124,8 +125,10 @@ def per_source(sources: list[str], labels, val_scores, val: list[int], delta: fl
         rows = np.asarray([i for i, s in enumerate(sources) if s == source])
         held = np.asarray([i for i in val if sources[i] == source], dtype=int)
         y, v = labels[held], scores[held]
+        both = len(set(y.tolist())) == 2
         report[source] = {"positive": int((labels[rows] == 1).sum()), "negative": int((labels[rows] == 0).sum()),
-                          "val_auc": round(auc(v, y), 4) if len(set(y.tolist())) == 2 else None,
+                          "val_auc": round(auc(v, y), 4) if both else None,
+                          "val_auc_token_probability": round(auc(token_probability[held], y), 4) if both else None,
                           "val_wrong_rejected": round(float((v[y == 0] <= delta).mean()), 4) if (y == 0).any()
                           else None}
     return report
@@ -133,10 +136,11 @@ def per_source(sources: list[str], labels, val_scores, val: list[int], delta: fl
 
 def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int = 0, positives_per_answer: int = 24,
                 mined: int = 0, mined_only: bool = False, mine_cap: int = 8, mine_with: tuple[str, ...] = ("draft",),
-                out: Path = JUDGE_DIR / "judge.json") -> dict:
+                reads_logits: bool = False, out: Path = JUDGE_DIR / "judge.json") -> dict:
     """Build the labels (planted, and mined from up to `mined` items unless 0; mined only with
-    `mined_only`), fit a probe per layer, ship the best layer's probe as the judge head (to `out`)
-    with the threshold that rejects `recall` of the validation split's wrong tokens."""
+    `mined_only`), fit a probe per layer (on the hidden state, followed by the token's
+    log-probability and entropy if `reads_logits`), ship the best layer's probe as the judge head
+    (to `out`) with the threshold that rejects `recall` of the validation split's wrong tokens."""
     unknown = set(mine_with) - set(MINE_WITH)
     if unknown:  # before the minutes of planting and mining
         raise LabError(f"--mine-with: unknown draft {', '.join(sorted(unknown))}; choose from {', '.join(MINE_WITH)}")
@@ -153,11 +157,14 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     data = token_features(target, examples, layers)
     y = np.asarray(data["labels"])
     train, val = split_by_problem(data["groups"], seed=seed)
+    from_logits = data["logit_features"] if reads_logits else None
     by_layer = {}
     for layer in layers:
         x = data["features"][layer]
-        probe = fit_probe(x[train], y[train], layer)
-        scores = probe.score(torch.from_numpy(x[val])).numpy()
+        probe = fit_probe(x[train] if from_logits is None else np.concatenate([x, from_logits], 1)[train], y[train],
+                          layer, reads_logits=reads_logits)
+        scores = probe.score(torch.from_numpy(x[val]),
+                             None if from_logits is None else torch.from_numpy(from_logits[val])).numpy()
         by_layer[layer] = {"probe": probe, "val_auc": auc(scores, y[val]), "scores": scores}
     best = max(by_layer, key=lambda layer: by_layer[layer]["val_auc"])
     delta = threshold_for_recall(by_layer[best]["scores"], y[val], recall)
@@ -165,11 +172,13 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     entropy = np.asarray(data["entropy"])
     manifest = {
         "command": command_line(), "commit": git_commit(), "machine": machine(), "target": TARGET_NAME,
-        "data": {"sources": counts, "tokens": per_source(data["sources"], y, by_layer[best]["scores"], val, delta),
+        "data": {"sources": counts,
+                 "tokens": per_source(data["sources"], y, by_layer[best]["scores"], val, delta, token_probability),
                  "positives_per_answer": positives_per_answer, "mined_items": mined, "mined_per_item": mine_cap,
                  "mined_with": list(mine_with) if mined else [],
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
+        "reads_logits": reads_logits,
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},
         "val_auc_baselines": {"token_probability": round(auc(token_probability[val], y[val]), 4),
                               "negative_entropy": round(auc(-entropy[val], y[val]), 4)},
