@@ -246,6 +246,8 @@ def summarise(method: str, rows: list[tuple[Prompt, DecodeResult]], ar_rows: dic
         # ours: verification forwards plus one prefill per prompt; hf: every forward the hook saw
         "target_forwards": cycles + (len(rows) if ours else 0),
         "accepted_per_cycle": (sum(sum(r.accepted_per_cycle) for _, r in rows) / cycles) if ours and cycles else None,
+        # ours: the share of the time spent inside the drafter (proposing, and committing the scored features)
+        "draft_share": sum(r.draft_seconds for _, r in rows) / seconds if ours and seconds else None,
         "acceptance_by_position": [a / t if t else None for a, t in zip(accepted, attempted)],
         "identical_to_ar": None if any(i is None for i in identical) else all(identical),
         "numerical_ties": sum(1 for p in per_prompt if p.get("mismatch", {}).get("numerical_tie")),
@@ -312,8 +314,10 @@ def format_table(result: dict) -> str:
     k = max(len(s["acceptance_by_position"]) for s in result["methods"].values())
     predicted = any(s.get("predicted_speedup") for s in result["methods"].values())
     quality = any("humaneval_pass_at_1" in s for s in result["methods"].values())
+    drafting = any(s.get("draft_share") for s in result["methods"].values())  # results from before it have none
     head = (["method", "tok/s", "speedup"] + (["predicted"] if predicted else []) + ["tau", "new tok", "fwd"]
-            + [f"acc@{i + 1}" for i in range(k)] + ["identical"] + (["pass@1"] if quality else []))
+            + (["drafting"] if drafting else []) + [f"acc@{i + 1}" for i in range(k)] + ["identical"]
+            + (["pass@1"] if quality else []))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, s in result["methods"].items():
         acc = [f"{a:.2f}" if a is not None else "" for a in s["acceptance_by_position"]]
@@ -324,8 +328,9 @@ def format_table(result: dict) -> str:
         speed = [f"{s['speedup']:.2f}x" if s["speedup"] else ""]
         if predicted:
             speed.append(f"{s['predicted_speedup']:.2f}x" if s.get("predicted_speedup") else "")
+        share = [f"{s['draft_share']:.0%}" if s.get("draft_share") else ""] if drafting else []
         lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", *speed, f"{s['tau']:.2f}",
-                                        str(s["new_tokens"]), str(s["target_forwards"])] + acc + [ident]
+                                        str(s["new_tokens"]), str(s["target_forwards"])] + share + acc + [ident]
                                        + ([f"{s['humaneval_pass_at_1']:.2f}"] if quality else [])) + " |")
     return "\n".join(lines)
 

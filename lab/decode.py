@@ -34,6 +34,7 @@ class DecodeResult:
     accepted_by_position: list[int] = field(default_factory=list)
     top2_gaps: list[float] = field(default_factory=list)  # greedy only: target's top-2 logit gap per token
     seconds: float = 0.0
+    draft_seconds: float = 0.0  # of `seconds`, the time inside the drafter (propose and commit)
 
     @property
     def tau(self) -> float:
@@ -191,13 +192,20 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     target.reset()
     layers = getattr(drafter, "feature_layers", ())  # EAGLE drafters read the target's features
     drafter.begin(prompt)
+
+    def timed(call, *args):  # the drafter's share of the time, for the bench's `draft_share`
+        t = time.perf_counter()
+        out = call(*args)
+        result.draft_seconds += time.perf_counter() - t
+        return out
     if len(prompt) > 1:
-        drafter.commit(prompt, _features(target.forward(prompt[:-1], hidden_layers=layers, last_only=True), layers))
+        features = _features(target.forward(prompt[:-1], hidden_layers=layers, last_only=True), layers)
+        timed(drafter.commit, prompt, features)
     context = list(prompt)
     while len(result.tokens) < max_new_tokens:
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
-        proposal = drafter.propose(context, k, sampling, rng)
+        proposal = timed(drafter.propose, context, k, sampling, rng)
         if isinstance(proposal, DraftTree):
             if rule is not None:
                 raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
@@ -209,7 +217,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
             top2 = torch.topk(cycle.logits[cycle.rows], 2, dim=-1).values
             gaps = (top2[:, 0] - top2[:, 1]).tolist()
-        drafter.commit(context + cycle.tokens, cycle.features)
+        timed(drafter.commit, context + cycle.tokens, cycle.features)
         emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:
             emitted = emitted[: emitted.index(eos_id) + 1]

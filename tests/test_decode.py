@@ -105,3 +105,28 @@ def test_one_token_left_means_no_drafts_at_any_temperature(tiny, tokenizer):
     for s in (GREEDY, Sampling(1.0)):
         out = decode(Engine(tiny), ModelDraft(make_draft(tiny, 1)), prompt, 1, s, 4, seed=0, eos_id=None)
         assert len(out.tokens) == 1 and out.origins == ["target"]
+
+
+def test_the_time_inside_the_drafter_is_counted_and_summarised(tiny, tokenizer):
+    import time
+
+    from lab.bench import summarise
+    from lab.data import Prompt
+
+    class SlowDraft(ReferenceDraft):  # 20 ms per proposal and per commit, nothing else changed
+        def propose(self, *args):
+            time.sleep(0.02)
+            return super().propose(*args)
+
+        def commit(self, *args):
+            time.sleep(0.02)
+            return super().commit(*args)
+    prompt = tokenizer("Time the drafter", add_special_tokens=False).input_ids
+    fast = decode(Engine(tiny), NoDraft(), prompt, 6, GREEDY, 3, 0, None)
+    slow = decode(Engine(tiny), SlowDraft(len(prompt), list(range(300, 340))), prompt, 6, GREEDY, 3, 0, None)
+    # every proposal and every commit (the prefill's included) slept inside the drafter
+    assert 0.02 * (2 * slow.cycles + 1) <= slow.draft_seconds < slow.seconds
+    assert fast.draft_seconds < 0.01 * fast.seconds + 0.005
+    rows = [(Prompt("p", "Time the drafter"), slow)]
+    assert summarise("sd", rows, None, True, tokenizer, ours=True)["draft_share"] == slow.draft_seconds / slow.seconds
+    assert summarise("hf", rows, None, True, tokenizer, ours=False)["draft_share"] is None
