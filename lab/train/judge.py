@@ -161,8 +161,8 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     by_layer = {}
     for layer in layers:
         x = data["features"][layer]
-        probe = fit_probe(x[train] if from_logits is None else np.concatenate([x, from_logits], 1)[train], y[train],
-                          layer, reads_logits=reads_logits)
+        inputs = x if from_logits is None else np.concatenate([x, from_logits], 1)
+        probe = fit_probe(inputs[train], y[train], layer, reads_logits=reads_logits)
         scores = probe.score(torch.from_numpy(x[val]),
                              None if from_logits is None else torch.from_numpy(from_logits[val])).numpy()
         by_layer[layer] = {"probe": probe, "val_auc": auc(scores, y[val]), "scores": scores}
@@ -178,7 +178,6 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
                  "mined_with": list(mine_with) if mined else [],
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
-        "reads_logits": reads_logits,
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},
         "val_auc_baselines": {"token_probability": round(auc(token_probability[val], y[val]), 4),
                               "negative_entropy": round(auc(-entropy[val], y[val]), 4)},
