@@ -137,141 +137,215 @@ static inline float fold16(f16 v) {
     return lane[0];
 }
 
-/* One (row, KV head) of the attention below: `keys` are the row's m allowed positions, p a
- * scratch of group x padded floats, block of d x 16. Inlined with `group` a constant (see the
- * switch below), so the partial sums stay in registers. */
-static inline __attribute__((always_inline)) void attend_row(
-        const float *qg, const float *ktg, const float *vg, const int64_t *keys, int64_t m, int64_t d,
-        int64_t capacity, int64_t padded, float scale, const int group, float *p, float *block, uint16_t *o) {
+/* The attention below for R (1 or 2) rows of one KV head: row i has keys[i], its m[i] allowed
+ * positions, p[i] a scratch of group x padded floats, q[i] its group of queries and o[i] its
+ * output; block is a d x 16 scratch. The first `shared` entries (a multiple of 16) of the rows'
+ * key lists are the same positions, so each of their keys and values is loaded once for both
+ * rows; every row's arithmetic is exactly what it is alone (R = 1, shared = 0): the same
+ * operations on the same values in the same order. Inlined with R and `group` constants (see
+ * the switch below), so the partial sums stay in registers. */
+static inline __attribute__((always_inline)) void attend_rows(
+        const int R, const float *const *q, const float *ktg, const float *vg, int64_t *const *keys,
+        const int64_t *m, int64_t shared, int64_t d, int64_t capacity, int64_t padded, float scale,
+        const int group, float *const *p, float *block, uint16_t *const *o) {
     /* 2. scores, 16 keys per block, one key per lane; four partial sums per head over the
      *    channels c = 0, 1, 2, 3 mod 4 (independent chains keep the FMA units busy), added in a
-     *    fixed order */
-    for (int64_t b = 0; b < m; b += LANES) {
-        const int64_t width = m - b < LANES ? m - b : LANES;
-        const float *src = ktg + keys[b];
-        int64_t stride = capacity;
-        if (width < LANES || keys[b + LANES - 1] - keys[b] != LANES - 1) {
-            for (int64_t c = 0; c < d; c++)  /* a partial block repeats its first key */
-                for (int l = 0; l < LANES; l++)
-                    block[c * LANES + l] = ktg[c * capacity + keys[b + (l < width ? l : 0)]];
-            src = block;
-            stride = LANES;
-        }
-        f16 part[MAX_GROUP][4];
-        for (int h = 0; h < group; h++)
-            for (int i = 0; i < 4; i++) part[h][i] = (f16){0};
-        for (int64_t c = 0; c < d; c += 4) {
-            const f16 k0 = load16(src + c * stride), k1 = load16(src + (c + 1) * stride),
-                      k2 = load16(src + (c + 2) * stride), k3 = load16(src + (c + 3) * stride);
-            for (int h = 0; h < group; h++) {
-                const float *qh = qg + h * d + c;
-                part[h][0] += qh[0] * k0;
-                part[h][1] += qh[1] * k1;
-                part[h][2] += qh[2] * k2;
-                part[h][3] += qh[3] * k3;
+     *    fixed order. Blocks before `shared` are scored for all rows at once, later ones row
+     *    by row. */
+    for (int i = 0; i < R; i++) {
+        for (int64_t b = i == 0 ? 0 : shared; b < m[i]; b += LANES) {
+            const int rows = b < shared ? R : 1, first = b < shared ? 0 : i;
+            const int64_t width = m[i] - b < LANES ? m[i] - b : LANES;
+            const int64_t *kb = keys[i] + b;
+            const float *src = ktg + kb[0];
+            int64_t stride = capacity;
+            if (width < LANES || kb[LANES - 1] - kb[0] != LANES - 1) {
+                for (int64_t c = 0; c < d; c++)  /* a partial block repeats its first key */
+                    for (int l = 0; l < LANES; l++)
+                        block[c * LANES + l] = ktg[c * capacity + kb[l < width ? l : 0]];
+                src = block;
+                stride = LANES;
             }
-        }
-        for (int h = 0; h < group; h++) {
-            const f16 score = ((part[h][0] + part[h][1]) + (part[h][2] + part[h][3])) * scale;
-            memcpy(p + h * padded + b, &score, sizeof score);
+            f16 part[2][MAX_GROUP][4];
+            for (int r = 0; r < rows; r++)
+                for (int h = 0; h < group; h++)
+                    for (int k = 0; k < 4; k++) part[r][h][k] = (f16){0};
+            for (int64_t c = 0; c < d; c += 4) {
+                const f16 k0 = load16(src + c * stride), k1 = load16(src + (c + 1) * stride),
+                          k2 = load16(src + (c + 2) * stride), k3 = load16(src + (c + 3) * stride);
+                for (int r = 0; r < rows; r++)
+                    for (int h = 0; h < group; h++) {
+                        const float *qh = q[first + r] + h * d + c;
+                        part[r][h][0] += qh[0] * k0;
+                        part[r][h][1] += qh[1] * k1;
+                        part[r][h][2] += qh[2] * k2;
+                        part[r][h][3] += qh[3] * k3;
+                    }
+            }
+            for (int r = 0; r < rows; r++)
+                for (int h = 0; h < group; h++) {
+                    const f16 score = ((part[r][h][0] + part[r][h][1]) + (part[r][h][2] + part[r][h][3])) * scale;
+                    memcpy(p[first + r] + h * padded + b, &score, sizeof score);
+                }
         }
     }
     /* 3. softmax: the max (exact in any order), exp, a 16-lane sum folded in halves */
-    const int64_t blocks = (m + LANES - 1) / LANES;
-    for (int h = 0; h < group; h++) {
-        float *ph = p + h * padded;
-        f16 top16 = load16(ph);
-        for (int64_t j = LANES; j + LANES <= m; j += LANES) {
-            const f16 x = load16(ph + j);
-            for (int l = 0; l < LANES; l++) top16[l] = x[l] > top16[l] ? x[l] : top16[l];
+    for (int i = 0; i < R; i++) {
+        const int64_t blocks = (m[i] + LANES - 1) / LANES;
+        for (int h = 0; h < group; h++) {
+            float *ph = p[i] + h * padded;
+            f16 top16 = load16(ph);
+            for (int64_t j = LANES; j + LANES <= m[i]; j += LANES) {
+                const f16 x = load16(ph + j);
+                for (int l = 0; l < LANES; l++) top16[l] = x[l] > top16[l] ? x[l] : top16[l];
+            }
+            float top = -INFINITY;
+            for (int l = 0; l < LANES && l < m[i]; l++) top = top16[l] > top ? top16[l] : top;
+            for (int64_t j = m[i] / LANES * LANES; j < m[i]; j++) top = ph[j] > top ? ph[j] : top;
+            f16 total = {0};
+            for (int64_t b = 0; b < blocks; b++) {
+                f16 e = exp16(load16(ph + b * LANES) - top);
+                if (b == blocks - 1)
+                    for (int l = (int)(m[i] - b * LANES); l < LANES; l++) e[l] = 0.0f;
+                memcpy(ph + b * LANES, &e, sizeof e);
+                total += e;
+            }
+            const float inv = 1.0f / fold16(total);
+            for (int64_t j = 0; j < blocks * LANES; j++) ph[j] *= inv;
         }
-        float top = -INFINITY;
-        for (int l = 0; l < LANES && l < m; l++) top = top16[l] > top ? top16[l] : top;
-        for (int64_t j = m / LANES * LANES; j < m; j++) top = ph[j] > top ? ph[j] : top;
-        f16 total = {0};
-        for (int64_t b = 0; b < blocks; b++) {
-            f16 e = exp16(load16(ph + b * LANES) - top);
-            if (b == blocks - 1)
-                for (int l = (int)(m - b * LANES); l < LANES; l++) e[l] = 0.0f;
-            memcpy(ph + b * LANES, &e, sizeof e);
-            total += e;
-        }
-        const float inv = 1.0f / fold16(total);
-        for (int64_t j = 0; j < blocks * LANES; j++) ph[j] *= inv;
     }
     /* 4. values weighted in key order, 16 channels per lane block; even and odd keys in two
-     *    partial sums (again for independent chains), added at the end */
+     *    partial sums (again for independent chains), added at the end. The shared keys (an
+     *    even count) for all rows at once, then each row goes on from there alone. */
     for (int64_t c = 0; c < d; c += LANES) {
-        f16 even[MAX_GROUP], odd[MAX_GROUP];
-        for (int h = 0; h < group; h++) even[h] = odd[h] = (f16){0};
-        int64_t j = 0;
-        for (; j + 1 < m; j += 2) {
-            const f16 v0 = load16(vg + keys[j] * d + c), v1 = load16(vg + keys[j + 1] * d + c);
-            for (int h = 0; h < group; h++) {
-                even[h] += p[h * padded + j] * v0;
-                odd[h] += p[h * padded + j + 1] * v1;
+        f16 even[2][MAX_GROUP], odd[2][MAX_GROUP];
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < group; h++) even[r][h] = odd[r][h] = (f16){0};
+        for (int64_t j = 0; j < shared; j += 2) {
+            const f16 v0 = load16(vg + keys[0][j] * d + c), v1 = load16(vg + keys[0][j + 1] * d + c);
+            for (int r = 0; r < R; r++)
+                for (int h = 0; h < group; h++) {
+                    even[r][h] += p[r][h * padded + j] * v0;
+                    odd[r][h] += p[r][h * padded + j + 1] * v1;
+                }
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t *kr = keys[r];
+            const float *pr = p[r];
+            int64_t j = shared;
+            for (; j + 1 < m[r]; j += 2) {
+                const f16 v0 = load16(vg + kr[j] * d + c), v1 = load16(vg + kr[j + 1] * d + c);
+                for (int h = 0; h < group; h++) {
+                    even[r][h] += pr[h * padded + j] * v0;
+                    odd[r][h] += pr[h * padded + j + 1] * v1;
+                }
             }
-        }
-        if (j < m) {
-            const f16 v0 = load16(vg + keys[j] * d + c);
-            for (int h = 0; h < group; h++) even[h] += p[h * padded + j] * v0;
-        }
-        for (int h = 0; h < group; h++) {
-            const f16 sum = even[h] + odd[h];
-            for (int l = 0; l < LANES; l++) o[h * d + c + l] = to_bf16(sum[l]);
+            if (j < m[r]) {
+                const f16 v0 = load16(vg + kr[j] * d + c);
+                for (int h = 0; h < group; h++) even[r][h] += pr[h * padded + j] * v0;
+            }
+            for (int h = 0; h < group; h++) {
+                const f16 sum = even[r][h] + odd[r][h];
+                for (int l = 0; l < LANES; l++) o[r][h * d + c + l] = to_bf16(sum[l]);
+            }
         }
     }
 }
 
 /* Attention of q [n, hq, d] over the cache (keys transposed: [hkv, d, capacity]; values
- * [hkv, capacity, d]; the first t positions valid), each (row, KV head) alone:
+ * [hkv, capacity, d]; the first t positions valid), each (row, KV head) as if alone:
  *   1. the row's allowed keys, gathered in cache order (a prefix plus the row's ancestors, so
  *      the same keys in the same order as when the position is scored alone);
  *   2. scores for 16 keys at a time, one key per lane (keys that are not contiguous in the
  *      cache are first copied into a 16-wide block, so the arithmetic is the same either way);
  *   3. softmax in float32;
  *   4. the weighted sum of values in key order.
- * Every step depends on the row's own keys only. out: bfloat16 [n, hq * d], the input of the
- * output projection. */
+ * Every step depends on the row's own keys only. Rows go in pairs, which share the loads of
+ * the keys their lists begin with (a tree's rows all begin with the context): the attention of
+ * a tree costs less than its rows one by one, with the same bits. out: bfloat16 [n, hq * d],
+ * the input of the output projection. */
 void tree_attention(const float *q, const float *kt, const float *v, const uint8_t *allowed, uint16_t *out,
                     int64_t n, int64_t hq, int64_t hkv, int64_t d, int64_t capacity, int64_t t,
                     float scale, int threads) {
-    const int64_t group = hq / hkv, padded = (t + LANES - 1) / LANES * LANES;
+    const int64_t group = hq / hkv, padded = (t + LANES - 1) / LANES * LANES, pairs = (n + 1) / 2;
 #pragma omp parallel num_threads(threads)
     {
-        int64_t *keys = malloc(sizeof(int64_t) * (size_t)padded);
-        float *p = aligned_alloc(64, sizeof(float) * (size_t)(group * padded));
+        int64_t *keys[2] = {malloc(sizeof(int64_t) * (size_t)padded), malloc(sizeof(int64_t) * (size_t)padded)};
+        float *p[2] = {aligned_alloc(64, sizeof(float) * (size_t)(group * padded)),
+                       aligned_alloc(64, sizeof(float) * (size_t)(group * padded))};
         float *block = aligned_alloc(64, sizeof(float) * (size_t)(d * LANES));
 #pragma omp for schedule(static)
-        for (int64_t item = 0; item < n * hkv; item++) {
-            const int64_t row = item / hkv, g = item % hkv;
-            int64_t m = 0;
-            for (int64_t j = 0; j < t; j++)  /* 1. */
-                if (allowed[row * t + j]) keys[m++] = j;
-            const float *qg = q + (row * hq + g * group) * d, *ktg = kt + g * d * capacity, *vg = v + g * capacity * d;
-            uint16_t *o = out + (row * hq + g * group) * d;
-#define ATTEND(G) attend_row(qg, ktg, vg, keys, m, d, capacity, padded, scale, G, p, block, o)
-            switch (group) {
-                case 1: ATTEND(1); break;
-                case 2: ATTEND(2); break;
-                case 3: ATTEND(3); break;
-                case 4: ATTEND(4); break;
-                default: ATTEND(MAX_GROUP < group ? MAX_GROUP : (int)group); break;
+        for (int64_t item = 0; item < pairs * hkv; item++) {
+            const int64_t pair = item / hkv, g = item % hkv;
+            const int R = 2 * pair + 1 < n ? 2 : 1;
+            const float *qs[2];
+            uint16_t *os[2];
+            int64_t m[2] = {0, 0};
+            for (int i = 0; i < R; i++) {
+                const int64_t row = 2 * pair + i;
+                for (int64_t j = 0; j < t; j++)  /* 1. */
+                    if (allowed[row * t + j]) keys[i][m[i]++] = j;
+                qs[i] = q + (row * hq + g * group) * d;
+                os[i] = out + (row * hq + g * group) * d;
             }
+            int64_t shared = 0;
+            if (R == 2) {
+                const int64_t most = m[0] < m[1] ? m[0] : m[1];
+                while (shared < most && keys[0][shared] == keys[1][shared]) shared++;
+                shared = shared / LANES * LANES;
+            }
+            const float *ktg = kt + g * d * capacity, *vg = v + g * capacity * d;
+#define ATTEND(R_, G) attend_rows(R_, qs, ktg, vg, keys, m, shared, d, capacity, padded, scale, G, p, block, os)
+#define GROUPS(R_) switch (group) { \
+                case 1: ATTEND(R_, 1); break; \
+                case 2: ATTEND(R_, 2); break; \
+                case 3: ATTEND(R_, 3); break; \
+                case 4: ATTEND(R_, 4); break; \
+                default: ATTEND(R_, MAX_GROUP < group ? MAX_GROUP : (int)group); break; }
+            if (R == 2) GROUPS(2) else GROUPS(1)
+#undef GROUPS
 #undef ATTEND
         }
-        free(keys);
-        free(p);
+        free(keys[0]);
+        free(keys[1]);
+        free(p[0]);
+        free(p[1]);
         free(block);
     }
 }
 
-/* gate_up bfloat16 [n, 2 i] (gate, then up) -> silu(gate) * up in bfloat16 [n, i] */
+/* where mask (all ones) a, else b */
+static inline f16 select16(i16 mask, f16 a, f16 b) {
+    i16 ai, bi;
+    memcpy(&ai, &a, sizeof ai);
+    memcpy(&bi, &b, sizeof bi);
+    ai = (ai & mask) | (bi & ~mask);
+    memcpy(&a, &ai, sizeof a);
+    return a;
+}
+
+/* silu(g) = g / (1 + exp(-g)) for 16 values, with exp16 (which takes arguments <= 0):
+ * e = exp(-|g|), and g / (1 + e) for g >= 0, g * e / (1 + e) below */
+static inline f16 silu16(f16 g) {
+    const f16 zero = g - g, one = zero + 1.0f;
+    const i16 negative = g < zero;
+    const f16 e = exp16(select16(negative, g, -g));
+    return g * (select16(negative, e, one) / (one + e));
+}
+
+/* gate_up bfloat16 [n, 2 i] (gate, then up) -> silu(gate) * up in bfloat16 [n, i]; 16 columns
+ * at a time (a partial last block padded with zeros), so a value depends on its own inputs only */
 void swiglu(const uint16_t *gate_up, uint16_t *out, int64_t n, int64_t inner, int threads) {
 #pragma omp parallel for num_threads(threads) if (n > 4)
     for (int64_t r = 0; r < n; r++)
-        for (int64_t c = 0; c < inner; c++) {
-            const float g = from_bf16(gate_up[r * 2 * inner + c]), u = from_bf16(gate_up[r * 2 * inner + inner + c]);
-            out[r * inner + c] = to_bf16(g / (1.0f + expf(-g)) * u);
+        for (int64_t c = 0; c < inner; c += LANES) {
+            const int64_t width = inner - c < LANES ? inner - c : LANES;
+            f16 g = {0}, u = {0};
+            for (int l = 0; l < width; l++) {
+                g[l] = from_bf16(gate_up[r * 2 * inner + c + l]);
+                u[l] = from_bf16(gate_up[r * 2 * inner + inner + c + l]);
+            }
+            const f16 y = silu16(g) * u;
+            for (int l = 0; l < width; l++) out[r * inner + c + l] = to_bf16(y[l]);
         }
 }
