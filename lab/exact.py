@@ -11,8 +11,9 @@ that a row's arithmetic depends on that row alone:
   row on some shapes, and the LM head's kernel changed with the row count past 48 on one CPU,
   while 2..32 rows gave identical rows on every shape checked (tests/test_exact.py checks again);
 - everything else in lab/csrc/exact_ops.c, row by row: the float32 residual stream and
-  RMSNorm, RoPE (written straight into the cache), SwiGLU, and attention computed for each
-  (row, head) alone over its allowed keys in cache order, softmax accumulated in float32;
+  RMSNorm, RoPE (written straight into the cache), SwiGLU 16 lanes at a time, and attention
+  computed for each (row, head) as if alone over its allowed keys in cache order, softmax
+  accumulated in float32 (rows go in pairs that load the keys their lists share once);
 - the KV cache in float32 (keys transposed), preallocated and grown by doubling.
 
 So AR (one row per forward), a chain and a tree of any shape give bit-identical logits and
@@ -25,8 +26,10 @@ import hashlib
 import os
 import platform
 import subprocess
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from transformers import LlamaForCausalLM
@@ -104,6 +107,44 @@ def ops() -> ctypes.CDLL:
     if _OPS is None:
         _OPS = _compile()
     return _OPS
+
+
+class _TimedOps:
+    """The compiled operations, each call's seconds added to `seconds` under its name."""
+
+    def __init__(self, lib: ctypes.CDLL, seconds: dict[str, float]):
+        self.lib, self.seconds = lib, seconds
+
+    def __getattr__(self, name: str) -> Callable:
+        op = getattr(self.lib, name)
+
+        def timed(*args):
+            start = time.perf_counter()
+            op(*args)
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        return timed
+
+
+@contextmanager
+def step_seconds() -> Iterator[dict[str, float]]:
+    """Within it, every `ExactEngine` forward adds the seconds of its steps to the dict it yields:
+    "products" (the packed linears, the LM head included) and each C operation by name
+    ("tree_attention", "add_norm", "rope_into_cache", "swiglu"); the rest of a forward is
+    Python and torch's small operations. Timing costs two clock reads per step."""
+    global _OPS, packed_linear
+    seconds: dict[str, float] = {}
+    untimed_ops, untimed_linear = ops(), packed_linear
+
+    def timed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+        start = time.perf_counter()
+        out = untimed_linear(x, packed)
+        seconds["products"] = seconds.get("products", 0.0) + time.perf_counter() - start
+        return out
+    _OPS, packed_linear = _TimedOps(untimed_ops, seconds), timed_linear
+    try:
+        yield seconds
+    finally:
+        _OPS, packed_linear = untimed_ops, untimed_linear
 
 
 def _pack(weight: torch.Tensor) -> torch.Tensor:

@@ -117,6 +117,34 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
     return out
 
 
+def exact_step_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, repeats: int = 5,
+                       seed: int = 0) -> dict[int, dict[str, float]]:
+    """Where one forward of the exact bfloat16 engine (lab/exact.py) over k new positions after
+    `prefix` cached tokens spends its time, as tree verification calls it (an explicit mask):
+    seconds per step ("products", "tree_attention", "add_norm", "rope_into_cache", "swiglu",
+    and "other": Python and torch's small operations) and "total", from the fastest of `repeats`
+    runs."""
+    from .exact import ExactEngine, step_seconds
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    engine = ExactEngine(model)
+    engine.forward(torch.randint(0, vocab, (prefix,), generator=g).tolist())
+    out = {}
+    for k in ks:
+        new, mask = torch.randint(0, vocab, (k,), generator=g).tolist(), torch.ones(k, k, dtype=torch.bool).tril()
+        runs = []
+        for attempt in range(3 + repeats):  # the first three warm up
+            with step_seconds() as steps:
+                start = time.perf_counter()
+                engine.forward(new, mask=mask)
+                total = time.perf_counter() - start
+            engine.crop(prefix)
+            if attempt >= 3:
+                runs.append({**steps, "other": total - sum(steps.values()), "total": total})
+        out[k] = min(runs, key=lambda r: r["total"])
+    return out
+
+
 @torch.inference_mode()
 def batched_vs_incremental(model: torch.nn.Module, ids: list[int], start: int,
                            make_engine: Callable = engine_for) -> dict:

@@ -103,6 +103,27 @@ def test_tree_decoding_in_bfloat16_equals_ar(tokenizer):
     assert tree.tokens == ar.tokens and tree.cycles < ar.cycles
 
 
+def test_step_seconds_times_every_step_and_leaves_the_forward_as_it_was():
+    """`exact_step_latency` splits a forward into its steps (they add up to at most its total),
+    and the timed forward computes the same bits as the untimed one, which comes back after."""
+    import lab.exact
+    from lab.measure import exact_step_latency
+    model = tiny_target(4).to(torch.bfloat16)
+    split = exact_step_latency(model, [1, 6], prefix=20, repeats=2)
+    for steps in split.values():
+        assert set(steps) == {"products", "tree_attention", "add_norm", "rope_into_cache", "swiglu", "other", "total"}
+        assert all(v > 0 for k, v in steps.items() if k != "other")
+        assert sum(v for k, v in steps.items() if k not in ("other", "total")) <= steps["total"]
+    engine, tokens = engine_for(model), list(range(100, 130))
+    untimed = engine.forward(tokens).logits
+    engine.reset()
+    with lab.exact.step_seconds() as seconds:
+        timed = engine.forward(tokens).logits
+    assert torch.equal(timed, untimed) and seconds["products"] > 0
+    assert lab.exact.ops() is not None and not isinstance(lab.exact.ops(), lab.exact._TimedOps)
+    assert lab.exact.packed_linear.__name__ == "packed_linear"
+
+
 def test_a_cpu_without_bfloat16_units_gets_one_line(monkeypatch):
     import lab.exact
     monkeypatch.setattr(lab.exact, "bf16_support", lambda: "this CPU has no bfloat16 matrix instructions")
