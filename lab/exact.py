@@ -151,18 +151,21 @@ def _pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16).contiguous(), None)
 
 
+_LINEAR = torch.ops.mkldnn._linear_pointwise.default  # the overload resolved once, not per call
+
+
 def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     """x [n, in] bfloat16 -> [n, out] bfloat16, in calls of MIN_ROWS..BLOCK_ROWS rows (fewer rows
     are padded with copies of the first), so that every row goes through the same kernel."""
     if MIN_ROWS <= x.shape[0] <= BLOCK_ROWS and x.is_contiguous():  # one call (ExactEngine's buffers)
-        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        return _LINEAR(x, packed, None, "none", [], "")
     outs = []
     for start in range(0, x.shape[0], BLOCK_ROWS):
         block = x[start: start + BLOCK_ROWS]
         rows = block.shape[0]
         if rows < MIN_ROWS:
             block = torch.cat([block, block[:1].expand(MIN_ROWS - rows, -1)])
-        outs.append(torch.ops.mkldnn._linear_pointwise(block.contiguous(), packed, None, "none", [], "")[:rows])
+        outs.append(_LINEAR(block.contiguous(), packed, None, "none", [], "")[:rows])
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
@@ -263,6 +266,8 @@ class ExactEngine:
             keys[..., : self.length] = self.keys[..., : self.length]
             values[:, :, : self.length] = self.values[:, :, : self.length]
         self.keys, self.values, self.capacity = keys, values, capacity
+        # each layer's slice of the cache as a pointer, so that a forward does not index per layer
+        self._cache_ptrs = [(k.data_ptr(), v.data_ptr()) for k, v in zip(keys, values)]
 
     def reset(self) -> None:
         self.length = 0
@@ -312,22 +317,24 @@ class ExactEngine:
         attended = torch.zeros(rows, hq * d, dtype=torch.bfloat16)
         act = torch.zeros(rows, w.inner, dtype=torch.bfloat16)
         hidden, delta = {}, None
+        x_ptr, normed_ptr, act_ptr, cos_ptr, sin_ptr, q_ptr, allowed_ptr, attended_ptr = (
+            t.data_ptr() for t in (x, normed, act, cos, sin, q, allowed, attended))
         for i, layer in enumerate(w.layers):
-            lib.add_norm(x.data_ptr(), _ptr(delta), layer.norm1.data_ptr(), w.eps, normed.data_ptr(), n, width, threads)
+            lib.add_norm(x_ptr, _ptr(delta), layer.norm1.data_ptr(), w.eps, normed_ptr, n, width, threads)
             if i in hidden_layers:
                 hidden[i] = x.to(torch.bfloat16)
             qkv = packed_linear(normed, layer.qkv)
-            keys, values = self.keys[i], self.values[i]
-            lib.rope_into_cache(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), q.data_ptr(), keys.data_ptr(),
-                                values.data_ptr(), n, hq, hkv, d, self.capacity, start, threads)
-            lib.tree_attention(q.data_ptr(), keys.data_ptr(), values.data_ptr(), allowed.data_ptr(),
-                               attended.data_ptr(), n, hq, hkv, d, self.capacity, start + n, self.scale, threads)
+            keys, values = self._cache_ptrs[i]
+            lib.rope_into_cache(qkv.data_ptr(), cos_ptr, sin_ptr, q_ptr, keys, values, n, hq, hkv, d, self.capacity,
+                                start, threads)
+            lib.tree_attention(q_ptr, keys, values, allowed_ptr, attended_ptr, n, hq, hkv, d, self.capacity, start + n,
+                               self.scale, threads)
             out = packed_linear(attended, layer.o)
-            lib.add_norm(x.data_ptr(), out.data_ptr(), layer.norm2.data_ptr(), w.eps, normed.data_ptr(), n, width, threads)
+            lib.add_norm(x_ptr, out.data_ptr(), layer.norm2.data_ptr(), w.eps, normed_ptr, n, width, threads)
             gate_up = packed_linear(normed, layer.gate_up)
-            lib.swiglu(gate_up.data_ptr(), act.data_ptr(), n, w.inner, threads)
+            lib.swiglu(gate_up.data_ptr(), act_ptr, n, w.inner, threads)
             delta = packed_linear(act, layer.down)
-        lib.add_norm(x.data_ptr(), _ptr(delta), _ptr(w.norm), w.eps, normed.data_ptr(), n, width, threads)
+        lib.add_norm(x_ptr, _ptr(delta), _ptr(w.norm), w.eps, normed_ptr, n, width, threads)
         if len(w.layers) in hidden_layers:
             hidden[len(w.layers)] = normed[:n]
         self.length += n
