@@ -47,7 +47,7 @@ from .eagle import EagleHead, head_manifest, rank_accuracy_of
 from .eagle3 import Eagle3Head
 from .engine import engine_for
 from .errors import LabError
-from .measure import forward_latency
+from .measure import forward_latency, latency_table
 from .paths import DATA_DIR, fast_mode
 from .sampling import RandomStream, Sampling
 from .trees import rerank
@@ -315,13 +315,16 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
     # This shared machine drifts by 10-20% over minutes, so the timings the prediction divides
     # are taken interleaved: three rounds, each a third of the AR continuations, then T(n) over
-    # all sizes with a tree mask, then AR's own unmasked T(1). Each T is the fastest of its
-    # rounds; prefill and the loop's own time come from the continuations' decodings.
+    # all sizes with a tree mask and AR's own unmasked T(1), in turns within the round. Each T
+    # is the fastest of its rounds; prefill and the loop's own time come from the continuations'
+    # decodings.
     seqs, rounds, ar_forwards = [], [], []
     for r in range(3):
         seqs += greedy_continuations(target, tokenizer, prompts[r::3], max_new_tokens, head.feature_layers)
-        rounds.append(forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5, tree=True))
-        ar_forwards.append(forward_latency(target, [1], prefix=prefix, repeats=5)[1])
+        # AR's unmasked T(1) in turns with the tree sizes: the prediction divides one by the other
+        table = latency_table(target, [(n, True) for n in [1, *sizes]] + [(1, False)], prefix=prefix, repeats=5)
+        rounds.append({n: table[(n, True)] for n in [1, *sizes]})
+        ar_forwards.append(table[(1, False)])
     rounds = agreeing_rounds(rounds, lambda: forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5,
                                                             tree=True))
     measured = {n: min(r[n] for r in rounds) for n in rounds[0]}

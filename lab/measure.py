@@ -72,20 +72,58 @@ def linear_latency(model: torch.nn.Module, ks: list[int], repeats: int = 5) -> d
 
 
 def _timed(fn, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):  # first calls pay for allocation and thread start-up
-        fn()
-    times = []
+    """The fastest of `repeats` runs of `fn`: the run least disturbed by whatever else the
+    machine is doing."""
+    return _timed_in_turns({0: fn}, repeats, warmup)[0]
+
+
+def _timed_in_turns(steps: dict, repeats: int, warmup: int = 3) -> dict:
+    """The fastest of `repeats` runs of each step, run in turns (one run of every step per
+    round) so that a shared machine's drift over the minutes this takes reaches every step
+    alike; timing each step's repeats back to back would hand one step a quiet minute and the
+    next a busy one."""
+    for step in steps.values():
+        for _ in range(warmup):  # first calls pay for allocation and thread start-up
+            step()
+    times: dict = {key: [] for key in steps}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)  # the run least disturbed by whatever else the machine is doing
+        for key, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[key].append(time.perf_counter() - start)
+    return {key: min(t) for key, t in times.items()}
+
+
+def latency_table(model: torch.nn.Module, configs: list[tuple[int, bool]], prefix: int = 200, repeats: int = 5,
+                  seed: int = 0, make_engine: Callable = engine_for) -> dict[tuple[int, bool], float]:
+    """Seconds of one cached forward over k new positions after `prefix` tokens for each
+    (k, tree) in `configs` (tree: with an explicit mask among the new positions, as tree
+    verification passes it), the fastest of `repeats` runs taken in turns (`_timed_in_turns`):
+    what the cost model divides by what must come from the same minutes."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()
+    engine = make_engine(model)
+    engine.reset()
+    engine.forward(prefix_ids)
+
+    def step(new: list[int], mask: torch.Tensor | None) -> Callable[[], None]:
+        def run() -> None:
+            engine.forward(new, mask=mask)
+            engine.crop(prefix)
+        return run
+    steps = {}
+    for k, tree in configs:
+        new = torch.randint(0, vocab, (k,), generator=g).tolist()
+        steps[(k, tree)] = step(new, torch.ones(k, k, dtype=torch.bool).tril() if tree else None)
+    return _timed_in_turns(steps, repeats)
 
 
 def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, cached: bool = True,
                     repeats: int = 5, seed: int = 0, tree: bool = False,
                     make_engine: Callable = engine_for) -> dict[int, float]:
-    """Seconds of one target forward (fastest of `repeats` runs) over k new positions after `prefix` tokens.
+    """Seconds of one target forward (fastest of `repeats` runs, taken in turns over the ks)
+    over k new positions after `prefix` tokens.
     cached=True: the prefix sits in the KV cache (what decoding does). cached=False: the
     whole prefix is recomputed with the k positions (decoding without a KV cache).
     tree=True: pass an explicit attention mask among the new positions, as tree
@@ -93,28 +131,21 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
     make_engine: which forward to time (default `engine_for`: the one decoding uses)."""
     if tree and not cached:
         raise ValueError("forward_latency: tree=True times a cached tree forward; it needs cached=True")
+    if cached:
+        table = latency_table(model, [(k, tree) for k in ks], prefix, repeats, seed, make_engine)
+        return {k: table[(k, tree)] for k in ks}
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()
     engine = make_engine(model)
-    out = {}
-    for k in ks:
-        new = torch.randint(0, vocab, (k,), generator=g).tolist()
-        if cached:
+
+    def step(ids: list[int]) -> Callable[[], None]:
+        def run() -> None:
             engine.reset()
-            engine.forward(prefix_ids)
-
-            mask = torch.ones(k, k, dtype=torch.bool).tril() if tree else None
-
-            def step() -> None:
-                engine.forward(new, mask=mask)
-                engine.crop(prefix)
-        else:
-            def step() -> None:
-                engine.reset()
-                engine.forward(prefix_ids + new)
-        out[k] = _timed(step, repeats)
-    return out
+            engine.forward(ids)
+        return run
+    return _timed_in_turns({k: step(prefix_ids + torch.randint(0, vocab, (k,), generator=g).tolist()) for k in ks},
+                           repeats)
 
 
 def exact_step_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, repeats: int = 5,
