@@ -37,6 +37,40 @@ static inline uint16_t to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* 16 floats (or ints) as one value: GCC's vector extensions, so that the kernel's lanes are
+ * explicit (AVX-512 with -march=native) and its order of operations is fixed by the source */
+typedef float f16 __attribute__((vector_size(64)));
+typedef int32_t i16 __attribute__((vector_size(64)));
+
+static inline f16 load16(const float *src) {
+    f16 v;
+    memcpy(&v, src, sizeof v);
+    return v;
+}
+
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+
+/* 16 bfloat16 values widened to float32, and 16 float32 values rounded to bfloat16: the same
+ * bits as from_bf16 and to_bf16 lane by lane, in a few vector instructions */
+static inline f16 load_bf16x16(const uint16_t *src) {
+    u16x16 h;
+    memcpy(&h, src, sizeof h);
+    const u32x16 u = __builtin_convertvector(h, u32x16) << 16;
+    f16 f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline void store_bf16x16(uint16_t *dst, f16 f) {
+    u32x16 u;
+    memcpy(&u, &f, sizeof u);
+    const u32x16 nan = (u32x16)((u & 0x7fffffffu) > 0x7f800000u);  /* all ones where NaN */
+    const u32x16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const u16x16 h = __builtin_convertvector((rounded & ~nan) | (((u >> 16) | 0x40u) & nan), u16x16);
+    memcpy(dst, &h, sizeof h);
+}
+
 /* a fixed-order sum of a[c] * b[c]: 16 lanes, then the lanes folded in halves */
 static float dot(const float *a, const float *b, int64_t d) {
     float lane[LANES] = {0};
@@ -48,17 +82,21 @@ static float dot(const float *a, const float *b, int64_t d) {
 }
 
 /* x += delta (if given); out = RMSNorm(x) * weight in bfloat16 (out = x if weight is NULL:
- * a model whose final norm is the identity) */
+ * a model whose final norm is the identity); hidden is a multiple of 16 (checked in Python) */
 void add_norm(float *x, const uint16_t *delta, const float *weight, float eps, uint16_t *out,
               int64_t n, int64_t hidden, int threads) {
 #pragma omp parallel for num_threads(threads) if (n > 4)
     for (int64_t r = 0; r < n; r++) {
         float *xr = x + r * hidden;
         if (delta)
-            for (int64_t c = 0; c < hidden; c++) xr[c] += from_bf16(delta[r * hidden + c]);
+            for (int64_t c = 0; c < hidden; c += LANES) {
+                const f16 sum = load16(xr + c) + load_bf16x16(delta + r * hidden + c);
+                memcpy(xr + c, &sum, sizeof sum);
+            }
         float inv = 1.0f;
         if (weight) inv = 1.0f / sqrtf(dot(xr, xr, hidden) / (float)hidden + eps);
-        for (int64_t c = 0; c < hidden; c++) out[r * hidden + c] = to_bf16(weight ? xr[c] * inv * weight[c] : xr[c]);
+        for (int64_t c = 0; c < hidden; c += LANES)
+            store_bf16x16(out + r * hidden + c, weight ? load16(xr + c) * inv * load16(weight + c) : load16(xr + c));
     }
 }
 
@@ -89,17 +127,6 @@ void rope_into_cache(const uint16_t *qkv, const float *cos_, const float *sin_, 
             }
         }
     }
-}
-
-/* 16 floats (or ints) as one value: GCC's vector extensions, so that the kernel's lanes are
- * explicit (AVX-512 with -march=native) and its order of operations is fixed by the source */
-typedef float f16 __attribute__((vector_size(64)));
-typedef int32_t i16 __attribute__((vector_size(64)));
-
-static inline f16 load16(const float *src) {
-    f16 v;
-    memcpy(&v, src, sizeof v);
-    return v;
 }
 
 /* exp of 16 values x <= 0 (Cephes' expf: Cody-Waite reduction, degree-6 polynomial, about
@@ -337,15 +364,20 @@ static inline f16 silu16(f16 g) {
  * at a time (a partial last block padded with zeros), so a value depends on its own inputs only */
 void swiglu(const uint16_t *gate_up, uint16_t *out, int64_t n, int64_t inner, int threads) {
 #pragma omp parallel for num_threads(threads) if (n > 4)
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t c = 0; c < inner; c += LANES) {
-            const int64_t width = inner - c < LANES ? inner - c : LANES;
+    for (int64_t r = 0; r < n; r++) {
+        const uint16_t *gate = gate_up + r * 2 * inner, *up = gate + inner;
+        uint16_t *o = out + r * inner;
+        int64_t c = 0;
+        for (; c + LANES <= inner; c += LANES)
+            store_bf16x16(o + c, silu16(load_bf16x16(gate + c)) * load_bf16x16(up + c));
+        if (c < inner) {
             f16 g = {0}, u = {0};
-            for (int l = 0; l < width; l++) {
-                g[l] = from_bf16(gate_up[r * 2 * inner + c + l]);
-                u[l] = from_bf16(gate_up[r * 2 * inner + inner + c + l]);
+            for (int64_t l = 0; c + l < inner; l++) {
+                g[l] = from_bf16(gate[c + l]);
+                u[l] = from_bf16(up[c + l]);
             }
             const f16 y = silu16(g) * u;
-            for (int l = 0; l < width; l++) out[r * inner + c + l] = to_bf16(y[l]);
+            for (int64_t l = 0; c + l < inner; l++) o[c + l] = to_bf16(y[l]);
         }
+    }
 }
