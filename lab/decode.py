@@ -12,14 +12,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
 from .engine import Engine
 from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
 from .trees import DraftTree
-from .verify import (ChainResult, TreeResult, verify_chain, verify_chain_greedy, verify_chain_lossy, verify_tree,
-                     verify_tree_greedy)
+from .verify import (ChainResult, TreeResult, argmax_rows, verify_chain, verify_chain_greedy, verify_chain_lossy,
+                     verify_tree, verify_tree_greedy)
 
 KERNELS = ("torch", "triton")
 
@@ -64,6 +65,19 @@ def resolve_kernel(kernel: str | None, device: torch.device) -> str:
     return kernel
 
 
+def top2_gaps(logits: torch.Tensor) -> list[float]:
+    """Each row's gap between its two largest logits (0 for a tie), the values torch.topk(x, 2)
+    gives; on the CPU with numpy, as `argmax_rows` (topk is as slow there as argmax)."""
+    if logits.device.type != "cpu":
+        top2 = torch.topk(logits, 2, dim=-1).values
+        return (top2[:, 0] - top2[:, 1]).tolist()
+    a = logits.detach().float().numpy()
+    rows, best = np.arange(len(a)), a.argmax(-1)
+    rest = a.copy()
+    rest[rows, best] = -np.inf
+    return (a[rows, best] - rest.max(-1)).tolist()
+
+
 def _uniforms(n: int, sampling: Sampling, rng: RandomStream) -> torch.Tensor | None:
     """The uniform draws of one verification (none when greedy). They are drawn before the
     verification and kept in its `Cycle`, so that an inspector can explain every verdict."""
@@ -77,7 +91,7 @@ def _verify(kernel: str, drafts: list[int], q: torch.Tensor | None, logits: torc
     if kernel == "torch":
         logits = logits.cpu()
         if sampling.greedy:
-            return verify_chain_greedy(drafts, logits.argmax(-1).tolist())
+            return verify_chain_greedy(drafts, argmax_rows(logits))
         p = probabilities(logits, sampling)
         return verify_chain(drafts, q, p, uniforms, rng.exponential(p.shape[-1]))
     from .kernels import verify_chain_batched, verify_chain_greedy_batched
@@ -100,7 +114,7 @@ def _verify_tree(kernel: str, tree: DraftTree, logits: torch.Tensor, sampling: S
     if kernel == "torch":
         logits = logits.cpu()
         if sampling.greedy:
-            return verify_tree_greedy(tree.tokens, tree.parents, logits.argmax(-1).tolist())
+            return verify_tree_greedy(tree.tokens, tree.parents, argmax_rows(logits))
         p = probabilities(logits, sampling)
         return verify_tree(tree.tokens, tree.parents, p, uniforms, rng.exponential(p.shape[-1]))
     from .kernels import verify_tree_batched, verify_tree_greedy_batched
@@ -143,7 +157,7 @@ def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch
     scored = target.forward([context[-1]] + drafts, hidden_layers=layers + (rule.layers if rule else ()))
     logits, uniforms = scored.logits, None
     if rule is not None:  # a lossy acceptance rule (lab/judge.py): greedy, OR-ed with the target's argmax
-        verdict = verify_chain_lossy(drafts, logits.argmax(-1).tolist(), rule.accepts(drafts, logits, scored.hidden))
+        verdict = verify_chain_lossy(drafts, argmax_rows(logits), rule.accepts(drafts, logits, scored.hidden))
     else:
         uniforms = _uniforms(len(drafts), sampling, rng)
         verdict = _verify(kernel, drafts, q, logits, sampling, uniforms, rng)
@@ -215,8 +229,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
-            top2 = torch.topk(cycle.logits[cycle.rows], 2, dim=-1).values
-            gaps = (top2[:, 0] - top2[:, 1]).tolist()
+            gaps = top2_gaps(cycle.logits[cycle.rows])
         timed(drafter.commit, context + cycle.tokens, cycle.features)
         emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -22,10 +23,20 @@ class ChainResult:
     tokens: list[int]      # accepted drafts followed by one corrected or bonus token
 
 
+def argmax_rows(x: torch.Tensor) -> list[int]:
+    """The index of each row's first maximum (x [n, V]), which is torch.argmax's rule. On the CPU
+    this is numpy's argmax, which follows the same rule and ran several times faster than
+    torch's on 49,152-way rows on this project's machines (a one-off timing); decoding takes one
+    per scored position."""
+    if x.device.type != "cpu":
+        return x.argmax(-1).tolist()
+    return np.argmax(x.detach().float().numpy(), axis=-1).tolist()
+
+
 def race(weights: torch.Tensor, noise: torch.Tensor) -> int:
-    """Sample from weights/sum(weights) given Exp(1) noise: argmax of weights/noise.
-    torch.argmax returns the first maximum, so ties go to the lowest token id."""
-    return int(torch.argmax(weights / noise))
+    """Sample from weights/sum(weights) given Exp(1) noise: argmax of weights/noise. The
+    first maximum wins, so ties go to the lowest token id."""
+    return argmax_rows((weights / noise)[None])[0]
 
 
 def _check_rows(name: str, t: torch.Tensor) -> None:

@@ -141,3 +141,17 @@ def test_tokens_per_cycle_match_the_iid_formula():
     sim = simulate_chain(p, q, 20_000, seed=11)
     stderr = sim.tokens_per_cycle.std() / np.sqrt(len(sim.tokens_per_cycle))
     assert abs(sim.tokens_per_cycle.mean() - expected_tokens(alpha, 3)) < 4 * stderr
+
+
+def test_argmax_rows_and_top2_gaps_follow_torch_with_ties():
+    """numpy stands in for torch's argmax and top-2 on the CPU: the first maximum wins a tie,
+    and the gaps are topk's, 0 for a tie."""
+    from lab.decode import top2_gaps
+    from lab.verify import argmax_rows
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 49152, generator=g)
+    x[1, 7] = x[1, 3000] = x[1].max() + 1.0  # a tie: the first index wins
+    x[2, :] = 0.0
+    assert argmax_rows(x) == x.argmax(-1).tolist() and argmax_rows(x)[1] == 7 and argmax_rows(x)[2] == 0
+    top2 = torch.topk(x, 2, dim=-1).values
+    assert top2_gaps(x) == (top2[:, 0] - top2[:, 1]).tolist() and top2_gaps(x)[1] == 0.0
