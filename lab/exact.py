@@ -109,6 +109,16 @@ def ops() -> ctypes.CDLL:
     return _OPS
 
 
+def _timing(seconds: dict[str, float], name: str, op: Callable) -> Callable:
+    """`op`, with each call's seconds added to `seconds[name]`."""
+    def timed(*args):
+        start = time.perf_counter()
+        out = op(*args)
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+        return out
+    return timed
+
+
 class _TimedOps:
     """The compiled operations, each call's seconds added to `seconds` under its name."""
 
@@ -116,13 +126,7 @@ class _TimedOps:
         self.lib, self.seconds = lib, seconds
 
     def __getattr__(self, name: str) -> Callable:
-        op = getattr(self.lib, name)
-
-        def timed(*args):
-            start = time.perf_counter()
-            op(*args)
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-        return timed
+        return _timing(self.seconds, name, getattr(self.lib, name))
 
 
 @contextmanager
@@ -134,13 +138,7 @@ def step_seconds() -> Iterator[dict[str, float]]:
     global _OPS, packed_linear
     seconds: dict[str, float] = {}
     untimed_ops, untimed_linear = ops(), packed_linear
-
-    def timed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-        start = time.perf_counter()
-        out = untimed_linear(x, packed)
-        seconds["products"] = seconds.get("products", 0.0) + time.perf_counter() - start
-        return out
-    _OPS, packed_linear = _TimedOps(untimed_ops, seconds), timed_linear
+    _OPS, packed_linear = _TimedOps(untimed_ops, seconds), _timing(seconds, "products", untimed_linear)
     try:
         yield seconds
     finally:
