@@ -15,7 +15,9 @@ where p is prefill per new token (paid once per answer, not per cycle), T(1) AR'
 unmasked forward, and loop the time per cycle outside the target's forward (verification,
 bookkeeping). p and loop are timed inside AR decodings of the tuning prompts; T(1), like T(n),
 is the fastest of interleaved rounds at a fixed prefix (T(n) with a tree mask), smoothed to a
-non-decreasing curve (`monotone`).
+non-decreasing curve (`monotone`). commit is timed right after a target forward, as decoding
+runs it: that forward streams all of the target's weights through the CPU's caches and evicts
+the head's, and on 2 cores a cold commit costs several times a warm one.
 
 tau is measured without running the target's tree forward: on greedy continuations the
 target itself produced (MT-Bench questions that the benchmark does not use), the target's
@@ -129,9 +131,13 @@ def draft_positions(seqs: list[Continuation], count: int, seed: int, margin: int
 
 def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positions: list[tuple[int, int]],
                   depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, static_depth: int | None = None,
-                  rank_accuracy: list[float] | None = None, vocab: torch.Tensor | None = None) -> dict:
+                  rank_accuracy: list[float] | None = None, vocab: torch.Tensor | None = None,
+                  before_commit: Callable[[], None] | None = None) -> dict:
     """tau and drafting seconds for every (depth, top_k, size) of the dynamic tree, the static
-    tree of every size at `static_depth`, and the commit time, all on the same positions."""
+    tree of every size at `static_depth`, and the commit time, all on the same positions.
+    `before_commit` runs, untimed, before each timed commit: what decoding runs there (the
+    target's verification forward, `verification_pass`), so that the commit is timed with the
+    caches as decoding leaves them. The trees are drafted right after the commit, as in decoding."""
     grid = [(d, k) for d in depths for k in top_ks]
     dyn = {(d, k, n): [] for d, k in grid for n in sizes}
     sta = {n: [] for n in sizes} if static_depth else {}
@@ -153,6 +159,8 @@ def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
         context, truth = c.ids[: i + 1], c.ids[i + 1:]
         probe.begin(context)
         probe.commit(context[:-3], c.features[: i - 3])
+        if before_commit is not None:
+            before_commit()
         start = clock()  # a typical commit: three accepted positions' features
         probe.commit(context, c.features[i - 3: i])
         commit_seconds.append(clock() - start)
@@ -202,6 +210,21 @@ def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> f
             drafter.commit(c.ids[: i + 1 + emitted], c.features[i: i + emitted])
             tokens, cycles, i = tokens + emitted, cycles + 1, i + emitted
     return tokens / cycles
+
+
+def verification_pass(target, prefix: int = 300, n: int = 4, seed: int = 0) -> Callable[[], None]:
+    """A function that runs one tree-masked target forward over `n` positions after a cached
+    `prefix` and crops it away again: what decoding runs between two commits of the head."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = target.config.vocab_size
+    engine = engine_for(target)
+    engine.forward(torch.randint(0, vocab, (prefix,), generator=g).tolist())
+    new, mask = torch.randint(0, vocab, (n,), generator=g).tolist(), torch.ones(n, n, dtype=torch.bool).tril()
+
+    def run() -> None:
+        engine.forward(new, mask=mask)
+        engine.crop(prefix)
+    return run
 
 
 def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tree: tuple[int, int, int],
@@ -338,7 +361,8 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     rank_accuracy = rank_accuracy or rank_accuracy_of(_manifest_of(head, head_name))
     vocab = draft_vocabulary(draft_vocab) if draft_vocab else None
     own = getattr(head, "vocab", None)  # an EAGLE-3 head drafts over its own vocabulary
-    first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab)
+    first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab,
+                          before_commit=verification_pass(target, prefix))
     commit = first["commit_seconds"]
     costs = (latency, commit, ar_forward, loop, prefill)
     for row in first["dynamic"]:

@@ -1,6 +1,7 @@
 """EAGLE heads: drafting equals AR at temperature 0, the head's cache follows the accepted
 tokens' true features, the unrolled evaluation matches sequential drafting, static trees are
 well formed, training lowers the loss and checkpoints round-trip."""
+import time
 import numpy as np
 import pytest
 import torch
@@ -249,6 +250,25 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, trusted_timin
     assert result["choice"]["predicted_tau"] == round(best["walked_tau"], 4)
     assert [r["total_tokens"] for r in result["static"]] == [2, 4]
 
+
+
+def test_the_commit_is_timed_after_a_target_forward_and_without_it(tiny, tokenizer):
+    """decode commits right after the target's verification forward, which evicts the head's
+    weights from the caches: measure_trees runs that forward before every timed commit, outside
+    the commit's time (here a 50 ms sleep stands in for it, far longer than the tiny commit)."""
+    from lab.costmodel import draft_positions, greedy_continuations, measure_trees, verification_pass
+    seqs = greedy_continuations(tiny, tokenizer, mt_bench(1), 12, (tiny.config.num_hidden_layers,))
+    picks = draft_positions(seqs, 4, 0)
+    calls = []
+    forward = verification_pass(tiny, prefix=8)
+
+    def before_commit():
+        calls.append(1)
+        forward()
+        time.sleep(0.05)
+    out = measure_trees(EagleHead(tiny).eval(), seqs, picks, depths=(2,), top_ks=(2,), sizes=(4,),
+                        before_commit=before_commit)
+    assert len(calls) == len(picks) == out["positions"] and out["commit_seconds"] < 0.05
 
 def test_ar_time_splits_into_prefill_forwards_and_the_loop(tiny, tokenizer):
     """The timed engine sees decode's prefill first, then one forward per new token."""
