@@ -49,7 +49,7 @@ from .eagle import EagleHead, head_manifest, rank_accuracy_of
 from .eagle3 import Eagle3Head
 from .engine import engine_for
 from .errors import LabError
-from .measure import forward_latency, latency_table
+from .measure import cropped_forwards, forward_latency, latency_table
 from .paths import DATA_DIR, fast_mode
 from .sampling import RandomStream, Sampling
 from .trees import rerank
@@ -219,16 +219,7 @@ def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> f
 def verification_pass(target, prefix: int = 300, n: int = 4, seed: int = 0) -> Callable[[], None]:
     """A function that runs one tree-masked target forward over `n` positions after a cached
     `prefix` and crops it away again: what decoding runs between two commits of the head."""
-    g = torch.Generator().manual_seed(seed)
-    vocab = target.config.vocab_size
-    engine = engine_for(target)
-    engine.forward(torch.randint(0, vocab, (prefix,), generator=g).tolist())
-    new, mask = torch.randint(0, vocab, (n,), generator=g).tolist(), torch.ones(n, n, dtype=torch.bool).tril()
-
-    def run() -> None:
-        engine.forward(new, mask=mask)
-        engine.crop(prefix)
-    return run
+    return cropped_forwards(target, [(n, True)], prefix, seed)[(n, True)]
 
 
 def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tree: tuple[int, int, int],

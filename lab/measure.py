@@ -94,12 +94,11 @@ def _timed_in_turns(steps: dict, repeats: int, warmup: int = 3) -> dict:
     return {key: min(t) for key, t in times.items()}
 
 
-def latency_table(model: torch.nn.Module, configs: list[tuple[int, bool]], prefix: int = 200, repeats: int = 5,
-                  seed: int = 0, make_engine: Callable = engine_for) -> dict[tuple[int, bool], float]:
-    """Seconds of one cached forward over k new positions after `prefix` tokens for each
-    (k, tree) in `configs` (tree: with an explicit mask among the new positions, as tree
-    verification passes it), the fastest of `repeats` runs taken in turns (`_timed_in_turns`):
-    what the cost model divides by what must come from the same minutes."""
+def cropped_forwards(model: torch.nn.Module, configs: list[tuple[int, bool]], prefix: int = 200, seed: int = 0,
+                     make_engine: Callable = engine_for) -> dict[tuple[int, bool], Callable[[], None]]:
+    """For each (k, tree) in `configs`, a function that runs one forward over k random new
+    positions after `prefix` random cached tokens (tree: with an explicit mask among the new
+    positions, as tree verification passes it) and crops them away again. All share one engine."""
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()
@@ -116,7 +115,15 @@ def latency_table(model: torch.nn.Module, configs: list[tuple[int, bool]], prefi
     for k, tree in configs:
         new = torch.randint(0, vocab, (k,), generator=g).tolist()
         steps[(k, tree)] = step(new, torch.ones(k, k, dtype=torch.bool).tril() if tree else None)
-    return _timed_in_turns(steps, repeats)
+    return steps
+
+
+def latency_table(model: torch.nn.Module, configs: list[tuple[int, bool]], prefix: int = 200, repeats: int = 5,
+                  seed: int = 0, make_engine: Callable = engine_for) -> dict[tuple[int, bool], float]:
+    """Seconds of one cached forward over k new positions after `prefix` tokens for each
+    (k, tree) in `configs` (`cropped_forwards`), the fastest of `repeats` runs taken in turns
+    (`_timed_in_turns`): what the cost model divides by what must come from the same minutes."""
+    return _timed_in_turns(cropped_forwards(model, configs, prefix, seed, make_engine), repeats)
 
 
 def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, cached: bool = True,

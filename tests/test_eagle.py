@@ -252,7 +252,6 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, trusted_timin
     assert [r["total_tokens"] for r in result["static"]] == [2, 4]
 
 
-
 def test_the_commit_is_timed_after_a_target_forward_and_without_it(tiny, tokenizer):
     """decode commits right after the target's verification forward, which evicts the head's
     weights from the caches: measure_trees runs that forward before every timed commit, outside
