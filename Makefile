@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum scaling-heads tune tune-bf16 tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -75,14 +75,19 @@ bench-eagle: setup
 		--figure figures/bench_eagle.png
 
 # The benchmark of the exact-bfloat16 issue: the target in bfloat16 on the exact engine
-# (lab/exact.py), peers in the same dtype; greedy, then sampled at temperature 1. The tree comes
-# from `make tune-bf16`. `make bench-llamacpp` adds llama.cpp (needs `make peers`).
+# (lab/exact.py), peers in the same dtype; greedy, then sampled at temperature 1, with the most
+# accurate shipped EAGLE-1 head (eagle1-gpu, tree from `make tune-bf16-gpu-head`); then greedy
+# again with the CPU-trained head that notebook 08 and the EAGLE-3 comparisons use (tree from
+# `make tune-bf16`). `make bench-llamacpp` adds llama.cpp (needs `make peers`).
 bench-exact: setup
 	$(PY) -m lab bench --methods ar,hf,hf-pld,eagle1,eagle2 --dataset mt_bench --limit 10 \
-		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16.json \
-		--figure figures/bench_exact_bf16.png
+		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --eagle-head eagle1-gpu \
+		--json data/results/bench_exact_bf16.json --figure figures/bench_exact_bf16.png
 	$(PY) -m lab bench --methods ar,hf,hf-pld,eagle1,eagle2 --dataset mt_bench --limit 10 \
-		--max-new-tokens 128 --temperature 1 --dtype bfloat16 --json data/results/bench_exact_bf16_t1.json
+		--max-new-tokens 128 --temperature 1 --dtype bfloat16 --eagle-head eagle1-gpu \
+		--json data/results/bench_exact_bf16_t1.json
+	$(PY) -m lab bench --methods ar,eagle1,eagle2 --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16_cpu_head.json
 
 bench-llamacpp: peers
 	$(PY) -m lab bench --methods ar,eagle2,llamacpp --dataset mt_bench --limit 10 \
@@ -116,6 +121,10 @@ bench-judge: setup
 
 tune-bf16: setup
 	$(PY) -m lab tune tree --dtype bfloat16
+
+# The same for the GPU-trained EAGLE-1 head that `make bench-exact` runs first.
+tune-bf16-gpu-head: setup
+	$(PY) -m lab tune tree --head eagle1 --name eagle1-gpu --dtype bfloat16
 
 # The benchmark of the EAGLE-3 issue: each head with its tuned tree, then both with one fixed tree,
 # then HumanEval, then the static tree (tree sizes from `make tune-eagle3`). Another EAGLE-3 head:
