@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -88,6 +88,13 @@ bench-exact: setup
 		--json data/results/bench_exact_bf16_t1.json
 	$(PY) -m lab bench --methods ar,eagle1,eagle2 --dataset mt_bench --limit 10 \
 		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16_cpu_head.json
+
+# The bar's pair (ar against eagle1 and eagle2 with eagle1-gpu, greedy) twice more, each run to its own
+# file: how much one run of the bar moves on this machine.
+bench-exact-again: setup
+	for run in 2 3; do $(PY) -m lab bench --methods ar,eagle1,eagle2 --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --eagle-head eagle1-gpu \
+		--json data/results/bench_exact_bf16_run$$run.json || exit 1; done
 
 bench-llamacpp: peers
 	$(PY) -m lab bench --methods ar,eagle2,llamacpp --dataset mt_bench --limit 10 \
