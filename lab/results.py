@@ -176,6 +176,31 @@ def _profile_table(result: dict, top: int = 5) -> list[str]:
                     for e in result["profile"][:top]]
 
 
+EXACT_AGAIN = ("bench_exact_bf16_run2.json", "bench_exact_bf16_run3.json")  # `make bench-exact-again`
+EXACT_CPU_HEAD = "bench_exact_bf16_cpu_head.json"  # the same bar with the CPU-trained head
+
+
+def _ratios(result: dict, methods: tuple[str, ...] = ("eagle2", "eagle1")) -> str:
+    return ", ".join(f"`{m}` {result['methods'][m]['speedup']:.2f}x (τ {result['methods'][m]['tau']:.2f})"
+                     for m in methods if m in result["methods"])
+
+
+def _exact_bench_again(result: dict) -> str:
+    """One line on how far the bar moves: the bar's pair run again, and with the CPU-trained head."""
+    runs = [_load(RESULTS_DIR / name) for name in EXACT_AGAIN if (RESULTS_DIR / name).exists()]
+    parts = []
+    if runs:
+        speeds = ", ".join(f"{r['methods']['eagle2']['speedup']:.2f}x" for r in [result, *runs])
+        parts.append(f"The same greedy bar, run {len(runs) + 1} times on the same head and tree (this one, then "
+                     f"`make bench-exact-again`: {', '.join(f'[{n[:-5]}](RESULTS.md#{n[:-5]})' for n in EXACT_AGAIN)}): "
+                     f"`eagle2` {speeds}.")
+    if (RESULTS_DIR / EXACT_CPU_HEAD).exists():
+        cpu = _load(RESULTS_DIR / EXACT_CPU_HEAD)
+        parts.append(f"With the CPU-trained head (`eagle1`, the one notebook 08 and the EAGLE-3 comparisons use; "
+                     f"[{EXACT_CPU_HEAD[:-5]}](RESULTS.md#{EXACT_CPU_HEAD[:-5]})): {_ratios(cpu)}.")
+    return " ".join(parts)
+
+
 def render_exact_headline() -> str:
     """The README's headline for the exact bfloat16 engine: the benchmark of its issue, llama.cpp
     beside the lab's best, and the top entry of the profile before and after (their tables go
@@ -186,6 +211,9 @@ def render_exact_headline() -> str:
     m = result["machine"]
     lines = [f"`{result['command']}` on {m.get('cpu', '?')}, {m.get('cores', '?')} cores (commit {_commit(result)}):",
              "", format_table(result), "", verification_line(result) + "."]
+    again = _exact_bench_again(result)
+    if again:
+        lines += ["", again]
     if EXACT_PEERS.exists():
         peers = _load(EXACT_PEERS)["methods"]
         best = max((name for name in peers if name not in PEERS and name != "ar"), key=lambda n: peers[n]["tokens_per_s"])

@@ -57,3 +57,11 @@ def test_a_readme_without_the_markers_is_refused_in_one_line():
     from lab.errors import LabError
     with pytest.raises(LabError, match="lacks the markers"):
         render_readme("# a README without the generated block\n")
+
+
+def test_the_exact_headline_quotes_every_run_of_the_bar_from_its_json():
+    from lab.results import EXACT_AGAIN, EXACT_BENCH, EXACT_CPU_HEAD, render_exact_headline
+    text = render_exact_headline()
+    for path in [EXACT_BENCH, *(RESULTS_DIR / name for name in (*EXACT_AGAIN, EXACT_CPU_HEAD))]:
+        if path.exists():
+            assert f"{json.loads(path.read_text())['methods']['eagle2']['speedup']:.2f}x" in text, path.name
