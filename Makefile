@@ -39,7 +39,7 @@ peers: setup
 # (EAGLE-2 with its tuned tree on the exact bfloat16 engine) on 4 MT-Bench prompts; prints the
 # table and what it verified, writes demo/ (ignored by git: the committed results stay as they are).
 demo: setup
-	$(PY) -m lab bench --methods ar,hf-pld,eagle2 --dtype bfloat16 --dataset mt_bench --limit 4 \
+	$(PY) -m lab bench --methods ar,hf-pld,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu --dataset mt_bench --limit 4 \
 		--max-new-tokens 64 --json demo/demo.json --figure demo/demo_speed.png
 
 # The whole suite (it also checks the exercise copies are in sync), then every notebook in fast
