@@ -148,8 +148,9 @@ def _features(scored, layers: tuple[int, ...], rows: list[int] | None = None) ->
     """The drafter's feature layers at the given scored rows, concatenated along the last dim."""
     if not layers:
         return None
-    out = torch.cat([scored.hidden[layer] for layer in layers], -1)
-    return out if rows is None else out[rows]
+    # one layer (EAGLE-1) needs no concatenation: indexing the rows copies them already
+    out = scored.hidden[layers[0]] if len(layers) == 1 else torch.cat([scored.hidden[layer] for layer in layers], -1)
+    return out.clone() if rows is None else out[rows]
 
 
 def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch.Tensor | None, kernel: str,

@@ -31,13 +31,14 @@ class DraftTree:
 
     def ancestor_mask(self) -> torch.Tensor:
         """bool [N, N]: node i may attend to node j iff j is i or one of its ancestors."""
-        n = len(self)
-        mask = torch.zeros(n, n, dtype=torch.bool)
+        # rows built as Python lists and turned into a tensor once: a tensor operation per node
+        # cost more than the rest of the mask, once per decoding cycle
+        rows: list[list[bool]] = []
         for i, parent in enumerate(self.parents):
-            mask[i, i] = True
-            if parent >= 0:
-                mask[i] |= mask[parent]
-        return mask
+            row = list(rows[parent]) if parent >= 0 else [False] * len(self)
+            row[i] = True
+            rows.append(row)
+        return torch.tensor(rows, dtype=torch.bool).reshape(len(self), len(self))
 
     def positions(self, root_position: int) -> torch.Tensor:
         """Absolute positions: the root's, plus each node's depth."""
