@@ -36,7 +36,7 @@ peers: setup
 		$(PY) -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36
 
 # The main job: AR, the best transformers peer (prompt lookup) and the lab's fastest exact method
-# (EAGLE-2 with its tuned tree on the exact bfloat16 engine) on 4 MT-Bench prompts; prints the
+# (EAGLE-2 with the GPU-trained head and its tuned tree on the exact bfloat16 engine) on 4 MT-Bench prompts; prints the
 # table and what it verified, writes demo/ (ignored by git: the committed results stay as they are).
 demo: setup
 	$(PY) -m lab bench --methods ar,hf-pld,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu --dataset mt_bench --limit 4 \
