@@ -248,6 +248,9 @@ def summarise(method: str, rows: list[tuple[Prompt, DecodeResult]], ar_rows: dic
         "accepted_per_cycle": (sum(sum(r.accepted_per_cycle) for _, r in rows) / cycles) if ours and cycles else None,
         # ours: the share of the time spent inside the drafter (proposing, and committing the scored features)
         "draft_share": sum(r.draft_seconds for _, r in rows) / seconds if ours and seconds else None,
+        # ours: the share in verification cycles (the target's forward, acceptance, cache update);
+        # the rest of `seconds` is the prefill and the loop's own bookkeeping
+        "score_share": sum(r.score_seconds for _, r in rows) / seconds if ours and seconds else None,
         "acceptance_by_position": [a / t if t else None for a, t in zip(accepted, attempted)],
         "identical_to_ar": None if any(i is None for i in identical) else all(identical),
         "numerical_ties": sum(1 for p in per_prompt if p.get("mismatch", {}).get("numerical_tie")),
@@ -315,8 +318,10 @@ def format_table(result: dict) -> str:
     predicted = any(s.get("predicted_speedup") for s in result["methods"].values())
     quality = any("humaneval_pass_at_1" in s for s in result["methods"].values())
     drafting = any(s.get("draft_share") for s in result["methods"].values())  # results from before it have none
+    scoring = any(s.get("score_share") for s in result["methods"].values())
     head = (["method", "tok/s", "speedup"] + (["predicted"] if predicted else []) + ["tau", "new tok", "fwd"]
-            + (["drafting"] if drafting else []) + [f"acc@{i + 1}" for i in range(k)] + ["identical"]
+            + (["scoring"] if scoring else []) + (["drafting"] if drafting else [])
+            + [f"acc@{i + 1}" for i in range(k)] + ["identical"]
             + (["pass@1"] if quality else []))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, s in result["methods"].items():
@@ -328,7 +333,8 @@ def format_table(result: dict) -> str:
         speed = [f"{s['speedup']:.2f}x" if s["speedup"] else ""]
         if predicted:
             speed.append(f"{s['predicted_speedup']:.2f}x" if s.get("predicted_speedup") else "")
-        share = [f"{s['draft_share']:.0%}" if s.get("draft_share") else ""] if drafting else []
+        share = ([f"{s['score_share']:.0%}" if s.get("score_share") else ""] if scoring else []) + (
+            [f"{s['draft_share']:.0%}" if s.get("draft_share") else ""] if drafting else [])
         lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", *speed, f"{s['tau']:.2f}",
                                         str(s["new_tokens"]), str(s["target_forwards"])] + share + acc + [ident]
                                        + ([f"{s['humaneval_pass_at_1']:.2f}"] if quality else [])) + " |")

@@ -36,6 +36,7 @@ class DecodeResult:
     top2_gaps: list[float] = field(default_factory=list)  # greedy only: target's top-2 logit gap per token
     seconds: float = 0.0
     draft_seconds: float = 0.0  # of `seconds`, the time inside the drafter (propose and commit)
+    score_seconds: float = 0.0  # of `seconds`, the verification cycles: target forward, acceptance, cache update
 
     @property
     def tau(self) -> float:
@@ -221,12 +222,14 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
         proposal = timed(drafter.propose, context, k, sampling, rng)
+        if isinstance(proposal, DraftTree) and rule is not None:
+            raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
+        scoring = time.perf_counter()
         if isinstance(proposal, DraftTree):
-            if rule is not None:
-                raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
             cycle = _tree_cycle(target, context, proposal, kernel, sampling, rng, layers)
         else:
             cycle = _chain_cycle(target, context, *proposal, kernel, sampling, rng, layers, rule)
+        result.score_seconds += time.perf_counter() - scoring
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ

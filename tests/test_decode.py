@@ -130,3 +130,28 @@ def test_the_time_inside_the_drafter_is_counted_and_summarised(tiny, tokenizer):
     rows = [(Prompt("p", "Time the drafter"), slow)]
     assert summarise("sd", rows, None, True, tokenizer, ours=True)["draft_share"] == slow.draft_seconds / slow.seconds
     assert summarise("hf", rows, None, True, tokenizer, ours=False)["draft_share"] is None
+
+
+def test_the_time_in_verification_cycles_is_counted_apart_from_drafting_and_prefill(tiny, tokenizer):
+    import time
+
+    from lab.bench import summarise
+    from lab.data import Prompt
+
+    class SlowEngine(Engine):  # 20 ms per forward, the prefill's included
+        def forward(self, *args, **kwargs):
+            time.sleep(0.02)
+            return super().forward(*args, **kwargs)
+
+    class SlowDraft(ReferenceDraft):  # 20 ms per proposal, which scoring must not count
+        def propose(self, *args):
+            time.sleep(0.02)
+            return super().propose(*args)
+    prompt = tokenizer("Time the scoring", add_special_tokens=False).input_ids
+    out = decode(SlowEngine(tiny), SlowDraft(len(prompt), list(range(300, 340))), prompt, 6, GREEDY, 3, 0, None)
+    # every verification forward slept inside scoring; the prefill's forward and the proposals did not
+    assert 0.02 * out.cycles <= out.score_seconds < out.seconds - 0.02 * (out.cycles + 1)
+    assert out.score_seconds + out.draft_seconds <= out.seconds
+    rows = [(Prompt("p", "Time the scoring"), out)]
+    assert summarise("sd", rows, None, True, tokenizer, ours=True)["score_share"] == out.score_seconds / out.seconds
+    assert summarise("hf", rows, None, True, tokenizer, ours=False)["score_share"] is None
