@@ -317,11 +317,11 @@ def format_table(result: dict) -> str:
     k = max(len(s["acceptance_by_position"]) for s in result["methods"].values())
     predicted = any(s.get("predicted_speedup") for s in result["methods"].values())
     quality = any("humaneval_pass_at_1" in s for s in result["methods"].values())
-    drafting = any(s.get("draft_share") for s in result["methods"].values())  # results from before it have none
-    scoring = any(s.get("score_share") for s in result["methods"].values())
+    # time shares, each shown only if some method has it (results from before it have none)
+    shares = [(column, key) for column, key in (("scoring", "score_share"), ("drafting", "draft_share"))
+              if any(s.get(key) for s in result["methods"].values())]
     head = (["method", "tok/s", "speedup"] + (["predicted"] if predicted else []) + ["tau", "new tok", "fwd"]
-            + (["scoring"] if scoring else []) + (["drafting"] if drafting else [])
-            + [f"acc@{i + 1}" for i in range(k)] + ["identical"]
+            + [column for column, _ in shares] + [f"acc@{i + 1}" for i in range(k)] + ["identical"]
             + (["pass@1"] if quality else []))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, s in result["methods"].items():
@@ -333,8 +333,7 @@ def format_table(result: dict) -> str:
         speed = [f"{s['speedup']:.2f}x" if s["speedup"] else ""]
         if predicted:
             speed.append(f"{s['predicted_speedup']:.2f}x" if s.get("predicted_speedup") else "")
-        share = ([f"{s['score_share']:.0%}" if s.get("score_share") else ""] if scoring else []) + (
-            [f"{s['draft_share']:.0%}" if s.get("draft_share") else ""] if drafting else [])
+        share = [f"{s[key]:.0%}" if s.get(key) else "" for _, key in shares]
         lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", *speed, f"{s['tau']:.2f}",
                                         str(s["new_tokens"]), str(s["target_forwards"])] + share + acc + [ident]
                                        + ([f"{s['humaneval_pass_at_1']:.2f}"] if quality else [])) + " |")

@@ -209,32 +209,30 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     layers = getattr(drafter, "feature_layers", ())  # EAGLE drafters read the target's features
     drafter.begin(prompt)
 
-    def timed(call, *args):  # the drafter's share of the time, for the bench's `draft_share`
+    def timed(field: str, call, *args):  # seconds into result.<field>, for the bench's shares
         t = time.perf_counter()
         out = call(*args)
-        result.draft_seconds += time.perf_counter() - t
+        setattr(result, field, getattr(result, field) + time.perf_counter() - t)
         return out
     if len(prompt) > 1:
         features = _features(target.forward(prompt[:-1], hidden_layers=layers, last_only=True), layers)
-        timed(drafter.commit, prompt, features)
+        timed("draft_seconds", drafter.commit, prompt, features)
     context = list(prompt)
     while len(result.tokens) < max_new_tokens:
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
-        proposal = timed(drafter.propose, context, k, sampling, rng)
-        if isinstance(proposal, DraftTree) and rule is not None:
-            raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
-        scoring = time.perf_counter()
+        proposal = timed("draft_seconds", drafter.propose, context, k, sampling, rng)
         if isinstance(proposal, DraftTree):
-            cycle = _tree_cycle(target, context, proposal, kernel, sampling, rng, layers)
+            if rule is not None:
+                raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
+            cycle = timed("score_seconds", _tree_cycle, target, context, proposal, kernel, sampling, rng, layers)
         else:
-            cycle = _chain_cycle(target, context, *proposal, kernel, sampling, rng, layers, rule)
-        result.score_seconds += time.perf_counter() - scoring
+            cycle = timed("score_seconds", _chain_cycle, target, context, *proposal, kernel, sampling, rng, layers, rule)
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
             gaps = top2_gaps(cycle.logits[cycle.rows])
-        timed(drafter.commit, context + cycle.tokens, cycle.features)
+        timed("draft_seconds", drafter.commit, context + cycle.tokens, cycle.features)
         emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:
             emitted = emitted[: emitted.index(eos_id) + 1]

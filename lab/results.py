@@ -180,11 +180,6 @@ EXACT_AGAIN = ("bench_exact_bf16_run2.json", "bench_exact_bf16_run3.json")  # `m
 EXACT_CPU_HEAD = "bench_exact_bf16_cpu_head.json"  # the same bar with the CPU-trained head
 
 
-def _ratios(result: dict, methods: tuple[str, ...] = ("eagle2", "eagle1")) -> str:
-    return ", ".join(f"`{m}` {result['methods'][m]['speedup']:.2f}x (τ {result['methods'][m]['tau']:.2f})"
-                     for m in methods if m in result["methods"])
-
-
 def _exact_bench_again(result: dict) -> str:
     """One line on how far the bar moves: the bar's pair run again, and with the CPU-trained head."""
     runs = [_load(RESULTS_DIR / name) for name in EXACT_AGAIN if (RESULTS_DIR / name).exists()]
@@ -195,9 +190,10 @@ def _exact_bench_again(result: dict) -> str:
                      f"`make bench-exact-again`: {', '.join(f'[{n[:-5]}](RESULTS.md#{n[:-5]})' for n in EXACT_AGAIN)}): "
                      f"`eagle2` {speeds}.")
     if (RESULTS_DIR / EXACT_CPU_HEAD).exists():
-        cpu = _load(RESULTS_DIR / EXACT_CPU_HEAD)
+        cpu = _load(RESULTS_DIR / EXACT_CPU_HEAD)["methods"]
+        ratios = ", ".join(f"`{m}` {cpu[m]['speedup']:.2f}x (τ {cpu[m]['tau']:.2f})" for m in ("eagle2", "eagle1"))
         parts.append(f"With the CPU-trained head (`eagle1`, the one notebook 08 and the EAGLE-3 comparisons use; "
-                     f"[{EXACT_CPU_HEAD[:-5]}](RESULTS.md#{EXACT_CPU_HEAD[:-5]})): {_ratios(cpu)}.")
+                     f"[{EXACT_CPU_HEAD[:-5]}](RESULTS.md#{EXACT_CPU_HEAD[:-5]})): {ratios}.")
     return " ".join(parts)
 
 

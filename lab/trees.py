@@ -38,7 +38,7 @@ class DraftTree:
             row = list(rows[parent]) if parent >= 0 else [False] * len(self)
             row[i] = True
             rows.append(row)
-        return torch.tensor(rows, dtype=torch.bool).reshape(len(self), len(self))
+        return torch.tensor(rows, dtype=torch.bool)
 
     def positions(self, root_position: int) -> torch.Tensor:
         """Absolute positions: the root's, plus each node's depth."""
