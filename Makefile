@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-readout scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -38,9 +38,15 @@ peers: setup
 # The main job: AR, the best transformers peer (prompt lookup) and the lab's fastest exact method
 # (EAGLE-2 with the GPU-trained head and its tuned tree on the exact bfloat16 engine) on 4 MT-Bench prompts; prints the
 # table and what it verified, writes demo/ (ignored by git: the committed results stay as they are).
+# A CPU without bfloat16 matrix instructions cannot run that engine: the demo says why in one line
+# and runs the float32 reference path (the CPU-trained head and its float32 tree) instead.
+DEMO_ARGS := --methods ar,hf-pld,eagle2 --dataset mt_bench --limit 4 --max-new-tokens 64 \
+	--json demo/demo.json --figure demo/demo_speed.png
 demo: setup
-	$(PY) -m lab bench --methods ar,hf-pld,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu --dataset mt_bench --limit 4 \
-		--max-new-tokens 64 --json demo/demo.json --figure demo/demo_speed.png
+	@why=$$($(PY) -c "from lab.exact import bf16_support; print(bf16_support() or '')"); \
+	if [ -z "$$why" ]; then set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype bfloat16 --eagle-head eagle1-gpu; \
+	else echo "[demo] $$why: running the float32 reference path instead (expect EAGLE near AR's speed)"; \
+		set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype float32; fi
 
 # The whole suite (it also checks the exercise copies are in sync), then every notebook in fast
 # mode (LAB_FAST=1); the student copies in notebooks/exercises are stubs, so they are not run.
@@ -208,6 +214,22 @@ eagle3-curriculum: setup
 	$(PY) -m lab train eagle3 --name eagle3-cur-even-s1 --ttt-steps 1 --max-steps 144
 	$(PY) -m lab train eagle3 --name eagle3-cur-even --init eagle3-cur-even-s1 --max-steps 40
 	$(PY) -m lab tune tree --head eagle3 --name eagle3-curriculum
+
+# The readout question (session 22): does the EAGLE-3 head's lower depth-1 accuracy come from
+# learning its own LM head from few tokens? Two heads, the same data, batches and steps, float32
+# products; one learns its final norm and LM head (as every EAGLE-3 head so far), the other keeps
+# the target's own, frozen (the readout EAGLE-1 shares with the target). 400 plain steps (S = 1),
+# then 60 steps of training-time test (S = 7) from each. A head whose manifest exists is kept; an
+# interrupted one resumes from its checkpoint.
+READOUT := $(PY) -m lab train eagle3 --fp32 --resume
+eagle3-readout: setup
+	test -f data/eagle/eagle3-s1-learned.json || $(READOUT) --name eagle3-s1-learned --ttt-steps 1 --max-steps 400
+	test -f data/eagle/eagle3-s1-frozen.json || $(READOUT) --name eagle3-s1-frozen --ttt-steps 1 --max-steps 400 \
+		--output-init target --freeze-output
+	test -f data/eagle/eagle3-ttt-learned.json || $(READOUT) --name eagle3-ttt-learned --init eagle3-s1-learned \
+		--max-steps 60
+	test -f data/eagle/eagle3-ttt-frozen.json || $(READOUT) --name eagle3-ttt-frozen --init eagle3-s1-frozen \
+		--max-steps 60 --freeze-output
 
 # notebook 06's data scaling: EAGLE-1 and EAGLE-3 heads on the first 1/8, 1/4, 1/2 and all of the
 # 1,472 regenerated training prompts, at equal optimiser steps per kind (the steps that 5

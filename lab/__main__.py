@@ -221,7 +221,7 @@ def _train(args: argparse.Namespace) -> None:
                            reply_feature_dtype=args.reply_feature_dtype, train_prompts=args.train_prompts,
                            init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
                            bf16_autocast=not args.fp32, device=args.device, eval_prompts=args.eval_prompts,
-                           output_init=args.output_init, fc_init=args.fc_init,
+                           output_init=args.output_init, fc_init=args.fc_init, freeze_output=args.freeze_output,
                            out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
     else:
         from .eagle import head_path
@@ -359,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--output-init", default="random", choices=["random", "target"],
                        help="eagle3: a new head's final norm and LM head random (default) or copied from the "
                             "target's (its rows for the draft vocabulary)")
+    train.add_argument("--freeze-output", action="store_true",
+                       help="eagle3: keep the final norm and LM head fixed (with --output-init target: the "
+                            "target's own readout, as EAGLE-1 keeps it) and train fc and the layer only")
     train.add_argument("--fc-init", default="random", choices=["random", "high"],
                        help="eagle3: a new head's fc random (default) or the identity on the high tap")
     train.add_argument("--max-steps", type=int, default=None,

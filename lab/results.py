@@ -42,6 +42,14 @@ KEY_FIGURES = ("machine.gpu", "steps", "budget_minutes", "cpu_budget_minutes", "
                "evaluation.heldout_top1_agreement_by_depth", "evaluation.heldout_n_alpha",
                "evaluation.heldout_unique_prompts.heldout_top1_agreement_by_depth",
                "layer", "delta", "val_auc_baselines.token_probability")
+DEFINITIONS = (
+    "**τ** = tokens emitted by verification forwards ÷ verification forwards (prefill excluded; ratio of totals "
+    "over all prompts; AR has τ = 1). **tokens/s** = new tokens ÷ wall seconds, prefill included. **speedup** = "
+    "tokens/s over `ar`'s in the same run. **acc@i** = acceptance of draft i given drafts 1..i-1 were accepted. "
+    "**scoring** and **drafting** = the share of a method's time in verification cycles (the target's forward, "
+    "acceptance, the cache update) and in the drafter's own calls. **identical** = the greedy token ids, up to and "
+    "including EOS, equal `ar`'s on every prompt; a mismatch where `ar`'s top-2 logit gap is below 1e-4 is recorded "
+    "as a numerical tie (batched and one-token arithmetic round differently), anything else is a bug.")
 TREE_COLUMNS = ("depth", "top_k", "total_tokens", "draft_vocab", "predicted_tau", "predicted_speedup")
 
 
@@ -198,14 +206,13 @@ def _exact_bench_again(result: dict) -> str:
 
 
 def render_exact_headline() -> str:
-    """The README's headline for the exact bfloat16 engine: the benchmark of its issue, llama.cpp
-    beside the lab's best, and the top entry of the profile before and after (their tables go
-    to the results page, to keep the README short), all from data/results/."""
+    """The exact bfloat16 engine at its best: the benchmark of its issue, the same bar run again,
+    llama.cpp beside the lab's best, and the top entry of the profile before and after (their
+    tables are further down the page), all from data/results/."""
     if not EXACT_BENCH.exists():
         return "No exact-engine benchmark recorded yet (`make bench-exact`)."
     result = _load(EXACT_BENCH)
-    m = result["machine"]
-    lines = [f"`{result['command']}` on {m.get('cpu', '?')}, {m.get('cores', '?')} cores (commit {_commit(result)}):",
+    lines = [f"`{result['command']}` on {_machine(result)} (commit {_commit(result)}):",
              "", format_table(result), "", verification_line(result) + "."]
     again = _exact_bench_again(result)
     if again:
@@ -216,14 +223,76 @@ def render_exact_headline() -> str:
         lines += ["", f"The yardstick a CPU user would pick instead, llama.cpp on the GGUF file itself (Q4_1 weights, "
                       f"other arithmetic): {peers['llamacpp']['tokens_per_s']:.1f} tok/s against the lab's `{best}` "
                       f"{peers[best]['tokens_per_s']:.1f} tok/s and `ar` {peers['ar']['tokens_per_s']:.1f} tok/s in the "
-                      f"same run ([{EXACT_PEERS.stem}](RESULTS.md#{EXACT_PEERS.stem}))."]
-    # the profiles' first entries only: their tables are on the results page
+                      f"same run ([{EXACT_PEERS.stem}](#{EXACT_PEERS.stem}))."]
+    # the profiles' first entries only: their tables are in the section on profiles
     firsts = [(title, _load(path)["profile"][0]) for title, path in PROFILES if path.exists()]
     tops = [f"{title}, {top['own_seconds']:.1f} s in `{top['function']}`" for title, top in firsts]
     if tops:
         lines += ["", "Where the time goes (cProfile, top entry by own time; the tables: "
-                      "[RESULTS.md](RESULTS.md#profiles)): " + "; ".join(tops) + "."]
+                      "[profiles](#profiles)): " + "; ".join(tops) + "."]
     return "\n".join(lines)
+
+
+def _machine(result: dict) -> str:
+    m = result.get("machine", {})
+    return f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores"
+
+
+def _ratio(methods: dict, name: str) -> str:
+    return f"`{name}` {methods[name]['speedup']:.2f}x" if name in methods else f"`{name}` not run"
+
+
+def _identical(method: dict) -> str:
+    rows = [p["identical_to_ar"] for p in method["per_prompt"]]
+    return f"identical to `ar` on {sum(map(bool, rows))}/{len(rows)} prompts"
+
+
+def _headline_exact(result: dict) -> str:
+    m = result["methods"]
+    return (f"`eagle2` {m['eagle2']['speedup']:.2f}x `ar` ({m['ar']['tokens_per_s']:.0f} tok/s), τ {m['eagle2']['tau']:.2f}, "
+            f"{_identical(m['eagle2'])}; transformers' own greedy {_ratio(m, 'hf')}, prompt lookup "
+            f"{_ratio(m, 'hf-pld')}")
+
+
+def _headline_llamacpp(result: dict) -> str:
+    m = result["methods"]
+    return (f"the lab's `eagle2` {m['eagle2']['tokens_per_s']:.0f} tok/s, llama.cpp {m['llamacpp']['tokens_per_s']:.0f} "
+            f"tok/s (its Q4_1 arithmetic differs, so not identical by design)")
+
+
+def _headline_eagle3(result: dict) -> str:
+    m = result["methods"]
+    better = "the EAGLE-3 head" if m["eagle3"]["tau"] > m["eagle2"]["tau"] else "the EAGLE-1 head"
+    return (f"τ `eagle3` {m['eagle3']['tau']:.2f} against `eagle2` {m['eagle2']['tau']:.2f}; `eagle3` "
+            f"{_identical(m['eagle3'])}, `eagle2` on {_identical(m['eagle2']).split(' on ')[1]}: "
+            f"{better} accepts more per cycle here")
+
+
+# The README's headline table: (what, the notebook that explains it, result file, its sentence).
+HEADLINES = (
+    ("lossless speculative decoding on the exact bfloat16 engine", "01, 05", EXACT_BENCH, _headline_exact),
+    ("against llama.cpp on the same GGUF file", "01", EXACT_PEERS, _headline_llamacpp),
+    ("EAGLE-3 against EAGLE-2, one tree (4, 6, 24), float32", "06", RESULTS_DIR / "bench_eagle3_tree24.json",
+     _headline_eagle3),
+)
+
+
+def render_headline() -> str:
+    """The README's headline results: one row per chapter's main measurement, each from its JSON
+    file (MT-Bench, 10 prompts, 128 new tokens, greedy), with the machine that measured it."""
+    rows = ["| what | notebook | result | run on |", "|---|---|---|---|"]
+    for what, notebook, path, sentence in HEADLINES:
+        if path.exists():
+            result = _load(path)
+            rows.append(f"| {what} | {notebook} | {sentence(result)} | {_machine(result)}, target in "
+                        f"{result['config'].get('dtype', 'float32')} ([{path.stem}](RESULTS.md#{path.stem})) |")
+    if QUALITY_FILE.exists():
+        quality = _load(QUALITY_FILE)
+        rows.append(f"| Judge Decoding (lossy) on checkable questions | 07 | {judge_bar(recorded_qualities(quality))} | "
+                    f"{_machine(quality)}, target in float32 ([sweep](RESULTS.md#judge-decoding-quality-against-speed)) |")
+    if len(rows) == 2:
+        return "No results recorded yet: `make bench-exact` and `make bench-eagle3` write them."
+    return "\n".join(rows)
 
 
 def _profiles() -> list[str]:
@@ -242,16 +311,6 @@ def _end_to_end_head(result: dict) -> str:
     return (f"`{result['command']}` on {m.get('cpu', '?')}, {m.get('cores', '?')} cores, target in "
             f"{first['config'].get('dtype', 'float32')} (commit {_commit(result)}), "
             f"{first['config']['limit']} prompts and {first['config']['max_new_tokens']} new tokens per setting")
-
-
-def render_end_to_end_headline() -> str:
-    """The README's end-to-end block: tau and speed-up of every method in every setting."""
-    if not END_TO_END.exists():
-        return f"No end-to-end run recorded yet: {END_TO_END_HOW}."
-    result = _load(END_TO_END)
-    return "\n".join([_end_to_end_head(result) + ":", "", format_end_to_end(result), "",
-                      "τ / speed-up over `ar` in the same run; `-`: not run (a lossy rule at T = 1). Each "
-                      "setting's command and its check against `ar`: [RESULTS.md](RESULTS.md#end-to-end)."])
 
 
 def _end_to_end() -> list[str]:
@@ -287,8 +346,7 @@ def _judge_quality() -> list[str]:
 
 
 # the README's generated blocks: marker name -> renderer
-README_BLOCKS = {"notebook-times": render_notebook_times, "exact-bf16": render_exact_headline,
-                 "end-to-end": render_end_to_end_headline}
+README_BLOCKS = {"notebook-times": render_notebook_times, "headline": render_headline}
 
 
 def render_readme(text: str) -> str:
@@ -311,8 +369,9 @@ def render_results() -> str:
         (benches if "methods" in result else skipped).append((path, result))
     lines = ["# Results", "",
              "> Generated by `python -m lab.results` (`make results`) from the JSON files under `data/`.",
-             "> Do not edit by hand: rerun the command. Column definitions: "
-             "[README](README.md#definitions); what the numbers mean: [docs/notes.md](docs/notes.md).", "",
+             "> Do not edit by hand: rerun the command. What the numbers mean: [docs/notes.md](docs/notes.md).", "",
+             "## Definitions", "", DEFINITIONS, "",
+             "## The exact bfloat16 engine at its best", "", render_exact_headline(), "",
              "## Benchmarks", ""]
     lines += [f"* [{p.stem}](#{p.stem})" for p, _ in benches] + [""]
     for path, result in benches:

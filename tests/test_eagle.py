@@ -13,6 +13,7 @@ from lab.drafters import EagleDraft, NoDraft, static_shape
 from lab.eagle import EagleHead, load_head
 from lab.engine import Engine
 from lab.errors import LabError
+from lab.exact import bf16_support
 from lab.sampling import Sampling
 from lab.train.eagle import ChainTally, _batch, head_loss, train_head, unroll_mask, unrolled_predictions
 from lab.train.regen import RegenSet, load_regen
@@ -285,6 +286,7 @@ def test_ar_time_splits_into_prefill_forwards_and_the_loop(tiny, tokenizer):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(bf16_support() is not None, reason=f"the exact engine cannot run here: {bf16_support()}")
 def test_walked_tau_is_decodes_tau_on_the_exact_engine(target_bf16, tokenizer):
     """On the batch-invariant engine the tuner's walk along AR's continuations reproduces
     decode's tau for dynamic and static trees to the bit."""

@@ -282,6 +282,26 @@ def test_the_high_tap_init_passes_the_high_layer_through(tiny):
         train_eagle3(target=tiny, init=Path("a-trained-head.safetensors"), fc_init="high", progress=False)
 
 
+def test_a_frozen_readout_stays_the_targets_while_the_layer_learns(tiny, tmp_path):
+    """--freeze-output with --output-init target: after training (a learning rate at which an
+    unfrozen readout moves), the head's final norm and LM head are still the target's own, its
+    rows for the draft vocabulary; freezing a random readout is refused before any work."""
+    out = tmp_path / "frozen.safetensors"
+    train_eagle3(target=tiny, data=small_set(), max_steps=4, lr=1e-2, out=out, eval_prompts=1, vocab_size=512,
+                 batch=2, steps=2, progress=False, output_init="target", freeze_output=True)
+    head = load_head(tiny, path=out)
+    started = Eagle3Head(tiny, head.vocab)
+    started.copy_target_output(tiny)
+    half = lambda t: t.half().to(tiny.dtype)  # noqa: E731  (the head is stored in fp16)
+    assert torch.equal(head.lm_head.weight, half(started.lm_head.weight))
+    assert torch.equal(head.norm.weight, half(started.norm.weight))
+    manifest = json.loads(out.with_suffix(".json").read_text())
+    assert manifest["objective"]["output_trained"] is False
+    with pytest.raises(LabError, match="--output-init target"):
+        train_eagle3(target=tiny, data=small_set(), max_steps=1, out=tmp_path / "x.safetensors", progress=False,
+                     freeze_output=True)
+
+
 def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkeypatch):
     import lab.train.checkpoint as checkpoint
     out = tmp_path / "head3.safetensors"

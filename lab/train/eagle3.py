@@ -216,7 +216,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
                  data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
                  train_prompts: int | None = None, taps: str = "fused", bf16_autocast: bool = True,
                  progress: bool = True, device: str | None = None, output_init: str = "random",
-                 fc_init: str = "random") -> Path:
+                 fc_init: str = "random", freeze_output: bool = False) -> Path:
     """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
     cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
     data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
@@ -229,13 +229,18 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     held-out evaluation (`python -m lab evaluate NAME --prompts 64` adds it later).
     `output_init="target"` starts a new head's final norm and LM head from the target's
     (`Eagle3Head.copy_target_output`); `fc_init="high"` starts its fc as the identity on the
-    high tap (`Eagle3Head.pass_high_tap`)."""
+    high tap (`Eagle3Head.pass_high_tap`). `freeze_output` keeps the final norm and LM head as
+    they start (for a new head, the target's own: the readout EAGLE-1 shares with the target) and
+    trains fc and the layer only."""
     if output_init not in ("random", "target") or fc_init not in ("random", "high"):
         raise LabError(f"unknown --output-init {output_init!r} or --fc-init {fc_init!r}: "
                        "choose random or target, and random or high")
     if init is not None and (output_init, fc_init) != ("random", "random"):
         raise LabError("--output-init and --fc-init start a new head; with --init the head continues "
                        "from its weights: drop one of them")
+    if freeze_output and init is None and output_init != "target":
+        raise LabError("--freeze-output keeps the readout a new head starts with: add --output-init target "
+                       "(a frozen random readout would teach nothing)")
     if fc_init == "high" and taps != "fused":
         raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
     commit = git_commit()
@@ -266,6 +271,9 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
             head.copy_target_output(target)
         if fc_init == "high":
             head.pass_high_tap()
+    if freeze_output:
+        for param in (head.norm.weight, head.lm_head.weight):
+            param.requires_grad_(False)
     head.to(device)
     init_record = None if init is None else {
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
@@ -283,7 +291,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
              "train_prompts": train_prompts, "init": None if init is None else repo_path(init), "world": world,
              "output_init": output_init,
              # only where it is not the default, so that checkpoints from before the option resume
-             **({"fc_init": fc_init} if fc_init != "random" else {})}
+             **({"fc_init": fc_init} if fc_init != "random" else {}),
+             **({"freeze_output": True} if freeze_output else {})}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     state = ckpt.resume(head, optim, rng) if resume else None
     step, spent, history = (state["step"], state["spent"], state["history"]) if state else (0, 0.0, [])
@@ -327,7 +336,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         save_head(head, out)
         settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,
                     "bf16_autocast": bf16_autocast, "device": str(device), "output_init": output_init,
-                    "fc_init": fc_init,
+                    "fc_init": fc_init, "freeze_output": freeze_output,
                     "train_prompts": train_prompts, "world": world, "reply_feature_dtype": reply_feature_dtype}
         write_json(out.with_suffix(".json"), _manifest(head, out, commit, data, sources, feature_sets, train, heldout,
                                                        init_record, extract_seconds, history, step, spent, settings))
@@ -362,6 +371,7 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                       "feature_regression": None,
                       "output_init": "final norm and LM head from the target's" if settings["output_init"] == "target"
                       else "random" if init_record is None else "continued",
+                      "output_trained": not settings["freeze_output"],
                       "fc_init": "the identity on the high tap" if settings["fc_init"] == "high"
                       else "random" if init_record is None else "continued"},
         "data": {"file": regen.get("artifact"), "train_sequences": len(train), "train_response_tokens": response_tokens,
