@@ -88,7 +88,7 @@ def bench_files() -> list[Path]:
 
 def _bench_section(path: Path, result: dict) -> list[str]:
     m = result.get("machine", {})
-    machine = f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}"
+    machine = f"{_machine(result)}, torch {m.get('torch', '?')}"
     if m.get("gpu"):
         machine += f", GPU {m['gpu']}"
     if "dtype" in result["config"]:
@@ -155,9 +155,8 @@ def _notebooks() -> list[str]:
     lines += ["| notebook | wall time | figures it wrote | commit | machine |", "|---|---|---|---|---|"]
     for name in sorted(entries):
         e = entries[name]
-        m = e.get("machine", {})
         lines.append(f"| `{name}` | {_minutes(e['seconds'])} | {', '.join(f'`{f}`' for f in e['figures'])} | "
-                     f"{_commit(e)} | {m.get('cpu', '?')}, {m.get('cores', '?')} cores |")
+                     f"{_commit(e)} | {_machine(e)} |")
     return lines + [""]
 
 
@@ -166,8 +165,7 @@ def render_notebook_times() -> str:
     entries = load_manifest()["notebooks"]
     if not entries:
         return "Full-size run times: none recorded yet (`make figures` records them)."
-    cpus = sorted({f"{e['machine'].get('cpu', '?')}, {e['machine'].get('cores', '?')} cores"
-                   for e in entries.values() if "machine" in e})
+    cpus = sorted({_machine(e) for e in entries.values() if "machine" in e})
     times = ", ".join(f"`{name[:2]}` {_minutes(entries[name]['seconds'])}" for name in sorted(entries))
     return (f"Full-size run times (`make figures` on {'; '.join(cpus)}; details in "
             f"[RESULTS.md](RESULTS.md#notebooks-at-full-size)): {times}.")
@@ -243,14 +241,15 @@ def _ratio(methods: dict, name: str) -> str:
 
 
 def _identical(method: dict) -> str:
+    """'k/n': on how many prompts the method's tokens equal `ar`'s."""
     rows = [p["identical_to_ar"] for p in method["per_prompt"]]
-    return f"identical to `ar` on {sum(map(bool, rows))}/{len(rows)} prompts"
+    return f"{sum(map(bool, rows))}/{len(rows)}"
 
 
 def _headline_exact(result: dict) -> str:
     m = result["methods"]
     return (f"`eagle2` {m['eagle2']['speedup']:.2f}x `ar` ({m['ar']['tokens_per_s']:.0f} tok/s), τ {m['eagle2']['tau']:.2f}, "
-            f"{_identical(m['eagle2'])}; transformers' own greedy {_ratio(m, 'hf')}, prompt lookup "
+            f"identical to `ar` on {_identical(m['eagle2'])} prompts; transformers' own greedy {_ratio(m, 'hf')}, prompt lookup "
             f"{_ratio(m, 'hf-pld')}")
 
 
@@ -264,7 +263,7 @@ def _headline_eagle3(result: dict) -> str:
     m = result["methods"]
     better = "the EAGLE-3 head" if m["eagle3"]["tau"] > m["eagle2"]["tau"] else "the EAGLE-1 head"
     return (f"τ `eagle3` {m['eagle3']['tau']:.2f} against `eagle2` {m['eagle2']['tau']:.2f}; `eagle3` "
-            f"{_identical(m['eagle3'])}, `eagle2` on {_identical(m['eagle2']).split(' on ')[1]}: "
+            f"identical to `ar` on {_identical(m['eagle3'])} prompts, `eagle2` on {_identical(m['eagle2'])}: "
             f"{better} accepts more per cycle here")
 
 
@@ -307,8 +306,7 @@ def _profiles() -> list[str]:
 
 def _end_to_end_head(result: dict) -> str:
     first = next(iter(result["settings"].values()))
-    m = first["machine"]
-    return (f"`{result['command']}` on {m.get('cpu', '?')}, {m.get('cores', '?')} cores, target in "
+    return (f"`{result['command']}` on {_machine(first)}, target in "
             f"{first['config'].get('dtype', 'float32')} (commit {_commit(result)}), "
             f"{first['config']['limit']} prompts and {first['config']['max_new_tokens']} new tokens per setting")
 
@@ -332,9 +330,9 @@ def _judge_quality() -> list[str]:
     if not QUALITY_FILE.exists():
         return lines + [f"No quality sweep recorded yet: {QUALITY_HOW}.", ""]
     result = _load(QUALITY_FILE)
-    m, runs = result["machine"], recorded_qualities(result)
-    return lines + [f"`{repo_path(QUALITY_FILE)}`: `{result['command']}` on {m.get('cpu', '?')}, "
-                    f"{m.get('cores', '?')} cores, float32 target (commit {_commit(result)}). {result['questions']} "
+    runs = recorded_qualities(result)
+    return lines + [f"`{repo_path(QUALITY_FILE)}`: `{result['command']}` on {_machine(result)}, "
+                    f"float32 target (commit {_commit(result)}). {result['questions']} "
                     f"questions of the evaluation half (`lab.tasks`, seed {result['seed']}), which the judge's labels "
                     f"never touch; greedy, chains of {result['draft_len']} from the 2-layer draft "
                     f"(`eagle`: the shipped EAGLE-1 head's top-1 chain), at most "
