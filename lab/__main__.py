@@ -238,7 +238,12 @@ def _evaluate(args: argparse.Namespace) -> None:
     from .eagle import head_path
     from .train.eagle import evaluate_saved_head
     path = head_path(args.name)
-    report = evaluate_saved_head(path, prompts=args.prompts)
+    report = evaluate_saved_head(path, prompts=args.prompts, split=args.split)
+    if args.split == "train":
+        print(f"top-1 agreement by depth on the first {report['prompts']} training prompts: "
+              f"{report['top1_agreement_by_depth']} ({report['positions']} positions)")
+        print(f"written to {repo_path(path.with_suffix('.json'))} under \"evaluation_train\"")
+        return
     unique = report["heldout_unique_prompts"]
     print(f"held-out top-1 agreement by depth: {report['heldout_top1_agreement_by_depth']} "
           f"({report['heldout_positions']} positions)")
@@ -399,7 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("evaluate", help="re-score a shipped EAGLE-1 or EAGLE-3 head on the held-out prompts")
     evaluate.add_argument("name", nargs="?", default="eagle1", help="data/eagle/NAME.safetensors (default eagle1)")
     evaluate.add_argument("--prompts", type=int, default=None,
-                          help="held-out prompts (default: as many as its training evaluated)")
+                          help="prompts (default: as many as its training evaluated)")
+    evaluate.add_argument("--split", default="heldout", choices=["heldout", "train"],
+                          help="score the held-out prompts (default; written under \"evaluation\") or the first "
+                               "training prompts (under \"evaluation_train\": the gap shows what is memorised)")
     evaluate.set_defaults(run=_evaluate)
 
     export = sub.add_parser("export", help="write a trained EAGLE-3 head in the layout serving engines load")

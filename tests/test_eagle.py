@@ -187,6 +187,18 @@ def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
     again = json.loads(out.with_suffix(".json").read_text())
     assert again["evaluation"] == report and again["steps"] == 25
     assert report["heldout_positions"] == manifest["heldout_positions"]
+    # the same figures on the first training prompt (sequence 2), under a key of their own
+    from lab.train.eagle import evaluate_head, target_features
+    on_train = evaluate_saved_head(out, target=tiny, data=small_set(), prompts=1, split="train")
+    again = json.loads(out.with_suffix(".json").read_text())
+    assert again["evaluation"] == report and again["evaluation_train"] == on_train
+    first_train = small_set().subset("train", 1)
+    direct = evaluate_head(load_head(tiny, "eagle1", out), first_train,
+                           target_features(tiny, first_train, (tiny.config.num_hidden_layers,)), [0])
+    assert on_train["top1_agreement_by_depth"] == direct["heldout_top1_agreement_by_depth"]
+    assert on_train["positions"] == direct["heldout_positions"] != report["heldout_positions"]
+    with pytest.raises(LabError, match="unknown split"):
+        evaluate_saved_head(out, target=tiny, data=small_set(), split="test")
     head = load_head(tiny, "eagle1", out)
     copy = load_head(tiny, "eagle1", out)
     f, t = torch.randn(1, 5, tiny.config.hidden_size), torch.randint(0, 100, (1, 5))

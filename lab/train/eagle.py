@@ -337,13 +337,17 @@ def heldout_report(head, data: RegenSet, feats: FeatureSet, heldout: list[int], 
 
 
 def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data: RegenSet | None = None,
-                        prompts: int | None = None) -> dict:
+                        prompts: int | None = None, split: str = "heldout") -> dict:
     """`python -m lab evaluate NAME`: re-score a saved EAGLE-1 or EAGLE-3 head on the held-out
     prompts its training evaluated and write the figures, with the command and commit that
     produced them, into its manifest under "evaluation" (the training figures stay as they
-    were). Only the held-out sequences' features are computed (cached), so this takes a minute
-    or two on a CPU. `prompts` overrides how many held-out prompts (a head trained with
-    `--eval-prompts 0` evaluated none)."""
+    were). Only the scored sequences' features are computed (cached), so this takes a minute
+    or two on a CPU. `prompts` overrides how many prompts (a head trained with `--eval-prompts
+    0` evaluated none). `split="train"` scores the same figures on the first training prompts
+    instead, under "evaluation_train": set beside the held-out ones they show how much of a
+    head's accuracy is memorised."""
+    if split not in ("heldout", "train"):
+        raise LabError(f"unknown split {split!r}: choose heldout or train")
     manifest_path = path.with_suffix(".json")
     if not path.exists() or not manifest_path.exists():
         raise LabError(f"no head or manifest at {path}: train it first with `python -m lab train eagle1|eagle3 --name {path.stem}`")
@@ -353,19 +357,22 @@ def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data
     if not count:
         raise LabError(f"{path.stem} was trained without a held-out evaluation: give --prompts N (64 is the usual)")
     sampled = manifest["data"].get("answers") == "sampled at T = 1"
-    heldout = (data if data is not None else load_regen(sampled)).subset("heldout", count)
-    indices = list(range(len(heldout.split)))
+    scored = (data if data is not None else load_regen(sampled)).subset(split, count)
+    indices = list(range(len(scored.split)))
     if manifest["variant"] == "eagle3":
         from ..eagle3 import load_head as load_eagle3
         from .eagle3 import cached_layers, evaluate_eagle3  # local: train.eagle3 builds on this module
-        head = load_eagle3(target, path=path)
-        figures = heldout_report(head, heldout, target_features(target, heldout, cached_layers(target)), indices,
-                                 evaluate_eagle3)
+        head, layers, evaluate = load_eagle3(target, path=path), cached_layers(target), evaluate_eagle3
     else:
         head = load_head(target, manifest["variant"], path)
-        figures = heldout_report(head, heldout, target_features(target, heldout, head.feature_layers), indices)
-    report = {"command": command_line(), "commit": git_commit(), **figures}
-    write_json(manifest_path, {**manifest, "evaluation": report})
+        layers, evaluate = head.feature_layers, evaluate_head
+    feats = target_features(target, scored, layers)
+    if split == "heldout":
+        figures = heldout_report(head, scored, feats, indices, evaluate)
+    else:  # the evaluators name their figures for the held-out set; these are not
+        figures = {key.removeprefix("heldout_"): value for key, value in evaluate(head, scored, feats, indices).items()}
+    report = {"command": command_line(), "commit": git_commit(), "prompts": len(indices), **figures}
+    write_json(manifest_path, {**manifest, "evaluation" if split == "heldout" else "evaluation_train": report})
     return report
 
 
