@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-readout scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -230,6 +230,15 @@ eagle3-readout: setup
 		--max-steps 60
 	test -f data/eagle/eagle3-ttt-frozen.json || $(READOUT) --name eagle3-ttt-frozen --init eagle3-s1-frozen \
 		--max-steps 60 --freeze-output
+
+# The supervision question (session 23): does the EAGLE-3 head fit its data less because it is
+# taught only a distribution over 8,192 tokens per position, where EAGLE-1 also regresses the
+# target's top feature? eagle3-s1-feature is eagle3-s1-learned (above: same data, batches, seed,
+# 400 plain steps, float32) with that feature loss added back at EAGLE-1's ratio (smooth-L1 10 : token
+# loss 1, EAGLE-1's 1.0 : 0.1). An ablation, not EAGLE-3's objective.
+eagle3-feature-loss: setup
+	test -f data/eagle/eagle3-s1-feature.json || $(READOUT) --name eagle3-s1-feature --ttt-steps 1 --max-steps 400 \
+		--feature-loss 10
 
 # notebook 06's data scaling: EAGLE-1 and EAGLE-3 heads on the first 1/8, 1/4, 1/2 and all of the
 # 1,472 regenerated training prompts, at equal optimiser steps per kind (the steps that 5

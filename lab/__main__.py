@@ -222,6 +222,7 @@ def _train(args: argparse.Namespace) -> None:
                            init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
                            bf16_autocast=not args.fp32, device=args.device, eval_prompts=args.eval_prompts,
                            output_init=args.output_init, fc_init=args.fc_init, freeze_output=args.freeze_output,
+                           feature_weight=args.feature_loss,
                            out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
     else:
         from .eagle import head_path
@@ -367,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--freeze-output", action="store_true",
                        help="eagle3: keep the final norm and LM head fixed (with --output-init target: the "
                             "target's own readout, as EAGLE-1 keeps it) and train fc and the layer only")
+    train.add_argument("--feature-loss", type=float, default=0.0,
+                       help="eagle3: also regress each step's output state onto the target's top feature with "
+                            "this weight against the token loss (EAGLE-1's constraint put back, an ablation; "
+                            "default 0: EAGLE-3's objective)")
     train.add_argument("--fc-init", default="random", choices=["random", "high"],
                        help="eagle3: a new head's fc random (default) or the identity on the high tap")
     train.add_argument("--max-steps", type=int, default=None,

@@ -184,3 +184,17 @@ def training_budget(manifest: dict) -> dict:
     data = manifest["data"]
     return {"cpu_minutes": cpu, "gpu_minutes": gpu, "steps": steps, "stages": stages,
             "train_tokens": data["train_response_tokens"] + data.get("sharegpt_reply_tokens", 0)}
+
+
+def passes(manifest: dict) -> float:
+    """How many times each training sequence was drawn, in expectation, summed over the head's
+    warm-start chain: steps x sequences per batch / training sequences, per stage. Every stage
+    here trained on the regenerated answers (some also on ShareGPT's replies), so this is how
+    often a regenerated training prompt was seen: what memorising it scales with."""
+    total, m = 0.0, manifest
+    while m is not None:
+        opt = m["optimiser"]
+        batch = opt.get("global_batch_sequences", opt.get("batch_sequences"))
+        total += m["steps"] * batch / m["data"]["train_sequences"]
+        m = (m.get("init") or {}).get("manifest")
+    return total

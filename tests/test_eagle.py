@@ -370,6 +370,14 @@ def test_training_budget_sums_the_warm_start_chain():
     assert training_budget(second) == {"cpu_minutes": 75, "gpu_minutes": 0.0, "steps": 3500, "stages": 2, "train_tokens": 600}
 
 
+def test_passes_sum_each_stage_over_its_own_data():
+    from lab.eagle import passes
+    first = {"steps": 100, "optimiser": {"batch_sequences": 8}, "data": {"train_sequences": 400}, "init": None}
+    second = {"steps": 50, "optimiser": {"global_batch_sequences": 16}, "data": {"train_sequences": 200},
+              "init": {"path": "x", "manifest": first}}
+    assert passes(first) == 2.0 and passes(second) == 6.0
+
+
 def test_cached_features_keep_the_sequence_order(tiny):
     from lab.train.eagle import target_features
     lengths = [9, 3, 12, 5, 7]  # batched by length inside a chunk, returned in this order

@@ -248,10 +248,10 @@ def test_ttt_loss_masks_tokens_outside_the_vocabulary_and_the_prompt(tiny):
     weight = tiny.lm_head.weight.detach()
     argmax = torch.nn.functional.linear(batch[2], weight).argmax(-1)
     outside = Eagle3Head(tiny, torch.tensor(sorted(set(range(200)) - set(argmax.flatten().tolist()))[:50]))
-    loss, ces, _ = ttt_loss(outside, batch, weight, steps=2)
+    loss, ces, _, _ = ttt_loss(outside, batch, weight, steps=2)
     assert float(loss.detach()) == 0.0 and all(np.isnan(ces))
     everything = Eagle3Head(tiny, torch.arange(tiny.config.vocab_size))
-    loss, ces, _ = ttt_loss(everything, batch, weight, steps=2)
+    loss, ces, _, _ = ttt_loss(everything, batch, weight, steps=2)
     assert float(loss.detach()) > 0 and not np.isnan(ces[0])
 
 
@@ -428,3 +428,46 @@ def test_the_tree_viewer_records_eagle3_cycles(tiny, tokenizer):
     assert len(recorder.records) == out.cycles  # one per verification forward (prefill not counted)
     assert [t for r in recorder.records for t in r.emitted] == out.tokens
     assert all(cycle_svg(r, tokenizer).startswith("<svg") for r in recorder.records)
+
+
+def test_the_feature_loss_pulls_each_step_towards_the_top_feature_of_its_label(tiny, tmp_path):
+    """--feature-loss w (an ablation: EAGLE-1's constraint put back) adds, for step s, w x the
+    smooth-L1 between index t's output state and the target's top feature at t+1+s (the one
+    whose LM head gives the distribution step s is scored against), averaged over the scored
+    positions as the token loss is. Computed here position by position; the broken variant
+    that pulls every step towards step 0's feature gives a different loss."""
+    d = small_set(3, 0)
+    h = tiny.config.hidden_size
+    items = [(d.ids(i), np.random.default_rng(i).standard_normal((len(d.ids(i)), 4 * h)).astype(np.float16),
+              int(d.prompt_lens[i])) for i in range(3)]
+    batch = make_batch(items, h)
+    features, tokens, top, pad, start = batch
+    weight = tiny.lm_head.weight.detach()
+    head = Eagle3Head(tiny, torch.arange(tiny.config.vocab_size))  # every label in vocabulary
+    plain, plain_ces, _, no_feats = ttt_loss(head, batch, weight, steps=2)
+    pulled, ces, _, feats = ttt_loss(head, batch, weight, steps=2, feature_weight=0.5)
+    assert no_feats == [] and ces == plain_ces and len(feats) == 2
+    with torch.no_grad():
+        outs = head(features, tokens, pad, 2)
+
+    def slow(label_shift):
+        extra, means = 0.0, []
+        for s in range(2):
+            terms = [torch.nn.functional.smooth_l1_loss(outs[s][b, t], top[b, t + label_shift(s)])
+                     for b in range(len(items)) for t in range(tokens.shape[1])
+                     if int(start[b]) <= t + s < int(pad[b].sum())]
+            means.append(float(torch.stack(terms).mean()))
+            extra += 0.8 ** s * 0.5 * means[-1]
+        return extra, means
+
+    extra, means = slow(lambda s: s)
+    assert float(pulled - plain) == pytest.approx(extra, rel=1e-4) and feats == pytest.approx(means, rel=1e-4)
+    assert float(pulled - plain) != pytest.approx(slow(lambda s: 0)[0], rel=1e-3)
+    out = tmp_path / "pulled.safetensors"
+    train_eagle3(target=tiny, data=small_set(), max_steps=2, out=out, eval_prompts=1, vocab_size=512, batch=2,
+                 steps=2, progress=False, feature_weight=0.5)
+    manifest = json.loads(out.with_suffix(".json").read_text())
+    assert manifest["objective"]["feature_regression"]["weight_against_token_loss"] == 0.5
+    assert len(manifest["loss_last_20"]["feature_by_step"]) == 2 and len(manifest["loss_last_20"]["top1_by_step"]) == 2
+    with pytest.raises(LabError, match="--feature-loss"):
+        train_eagle3(target=tiny, data=small_set(), max_steps=1, out=out, progress=False, feature_weight=-1.0)

@@ -99,11 +99,15 @@ def step_positions(pad: torch.Tensor, start: torch.Tensor, s: int) -> torch.Tens
 
 
 def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = STEPS, model=None,
-             world: int = 1) -> tuple[torch.Tensor, list[float], list[float]]:
-    """(loss, per-step soft cross-entropy, per-step top-1 agreement with the target's argmax).
-    `target_head` is the target's LM head weight [V, H]; `model` is what to call (the head or
-    its DistributedDataParallel wrapper); with `world` > 1 the per-step position counts are
-    summed over ranks, so every rank's loss is its share of the global mean."""
+             world: int = 1, feature_weight: float = 0.0) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
+    """(loss, per-step soft cross-entropy, per-step top-1 agreement with the target's argmax,
+    per-step feature smooth-L1: empty unless `feature_weight`). `target_head` is the target's LM
+    head weight [V, H]; `model` is what to call (the head or its DistributedDataParallel
+    wrapper); with `world` > 1 the per-step position counts are summed over ranks, so every
+    rank's loss is its share of the global mean. `feature_weight` > 0 adds EAGLE-1's feature
+    regression back as an ablation: each step's output state is pulled (smooth-L1, that weight
+    against the token loss's 1) towards the target's top feature at its label's position, the
+    feature whose LM head gives the distribution the step is scored against."""
     features, tokens, top, pad, start = batch
     device = pad.device
     with torch.no_grad():  # the target's distributions, at label positions only (responses: about half)
@@ -126,20 +130,26 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = ST
     counts = torch.stack([k.sum() for k in scored]).float()
     if world > 1:
         dist.all_reduce(counts)
-    loss, ces, hits = outs[0].sum() * 0.0, [], []  # zero, but part of the graph even if nothing is scored
+    loss, ces, hits, feats = outs[0].sum() * 0.0, [], [], []  # zero, but part of the graph even if nothing is scored
     for s, keep in enumerate(scored):
         if not keep.any():
             ces.append(float("nan"))
             hits.append(float("nan"))
+            feats += [float("nan")] if feature_weight else []
             continue
         shifted = torch.zeros_like(keep)
         shifted[:, s:] = keep[:, : width - s]  # the label of index t at step s sits at t+s
         logp = torch.log_softmax(head.logits(outs[s][keep]).float(), -1)
         ce = -(p_target[shifted] * logp).sum(-1)
-        loss = loss + STEP_DECAY ** s * ce.sum() / counts[s].clamp(min=1) * world
+        term = ce
+        if feature_weight:
+            feature = F.smooth_l1_loss(outs[s][keep].float(), top[shifted], reduction="none").mean(-1)
+            term = ce + feature_weight * feature
+            feats.append(float(feature.mean().detach()))
+        loss = loss + STEP_DECAY ** s * term.sum() / counts[s].clamp(min=1) * world
         ces.append(float(ce.mean().detach()))
         hits.append(float((logp.argmax(-1) == argmax_draft[shifted]).float().mean()))
-    return loss, ces, hits
+    return loss, ces, hits, feats
 
 
 def ttt_attention_mask(positions: int, steps: int) -> torch.Tensor:
@@ -216,7 +226,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
                  data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
                  train_prompts: int | None = None, taps: str = "fused", bf16_autocast: bool = True,
                  progress: bool = True, device: str | None = None, output_init: str = "random",
-                 fc_init: str = "random", freeze_output: bool = False) -> Path:
+                 fc_init: str = "random", freeze_output: bool = False, feature_weight: float = 0.0) -> Path:
     """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
     cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
     data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
@@ -231,7 +241,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     (`Eagle3Head.copy_target_output`); `fc_init="high"` starts its fc as the identity on the
     high tap (`Eagle3Head.pass_high_tap`). `freeze_output` keeps the final norm and LM head as
     they start (for a new head, the target's own: the readout EAGLE-1 shares with the target) and
-    trains fc and the layer only."""
+    trains fc and the layer only. `feature_weight` > 0 adds EAGLE-1's feature regression to
+    the token loss (see `ttt_loss`): an ablation, not EAGLE-3's objective."""
     if output_init not in ("random", "target") or fc_init not in ("random", "high"):
         raise LabError(f"unknown --output-init {output_init!r} or --fc-init {fc_init!r}: "
                        "choose random or target, and random or high")
@@ -243,6 +254,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
                        "(a frozen random readout would teach nothing)")
     if fc_init == "high" and taps != "fused":
         raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
+    if feature_weight < 0:
+        raise LabError(f"--feature-loss must be 0 (EAGLE-3's objective) or a positive weight, not {feature_weight}")
     commit = git_commit()
     rank, world, device = _distributed(device)
     torch.manual_seed(seed)
@@ -292,7 +305,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
              "output_init": output_init,
              # only where it is not the default, so that checkpoints from before the option resume
              **({"fc_init": fc_init} if fc_init != "random" else {}),
-             **({"freeze_output": True} if freeze_output else {})}
+             **({"freeze_output": True} if freeze_output else {}),
+             **({"feature_weight": feature_weight} if feature_weight else {})}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     state = ckpt.resume(head, optim, rng) if resume else None
     step, spent, history = (state["step"], state["spent"], state["history"]) if state else (0, 0.0, [])
@@ -310,7 +324,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         # a step-based schedule when the step count is fixed, so that runs are reproducible
         set_lr(optim, lr, step, *((step, max_steps) if max_steps else (spent, budget)), warmup=50)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast):
-            loss, ces, hits = ttt_loss(head, next(stream), target_head, steps, model, world)
+            loss, ces, hits, feats = ttt_loss(head, next(stream), target_head, steps, model, world, feature_weight)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.5)
@@ -320,11 +334,11 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         if world > 1:  # every rank must agree on the schedule and on when to stop
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         spent += float(elapsed)
-        history.append([round(x, 4) for x in ces + hits])
+        history.append([round(x, 4) for x in ces + hits + feats])
         recent = np.nanmean(np.array(history[-20:], dtype=float), axis=0)
         bar.n = step if max_steps else round(spent)
         bar.set_postfix(step=step, ce0=f"{recent[0]:.2f}", ce_last=f"{recent[steps - 1]:.2f}",
-                        acc0=f"{recent[steps]:.2f}", acc_last=f"{recent[-1]:.2f}")
+                        acc0=f"{recent[steps]:.2f}", acc_last=f"{recent[2 * steps - 1]:.2f}")
         if rank == 0:
             ckpt.save_if_due(head.own_state, optim, rng, {"step": step, "spent": spent, "history": history})
     bar.close()
@@ -336,7 +350,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         save_head(head, out)
         settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,
                     "bf16_autocast": bf16_autocast, "device": str(device), "output_init": output_init,
-                    "fc_init": fc_init, "freeze_output": freeze_output,
+                    "fc_init": fc_init, "freeze_output": freeze_output, "feature_weight": feature_weight,
                     "train_prompts": train_prompts, "world": world, "reply_feature_dtype": reply_feature_dtype}
         write_json(out.with_suffix(".json"), _manifest(head, out, commit, data, sources, feature_sets, train, heldout,
                                                        init_record, extract_seconds, history, step, spent, settings))
@@ -368,7 +382,10 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
         "objective": {"training_time_test_steps": steps, "step_weight": f"{STEP_DECAY}^s",
                       "loss": "soft cross-entropy against the target's distribution restricted to the draft "
                               "vocabulary (renormalised), masked where the target's argmax is outside it",
-                      "feature_regression": None,
+                      "feature_regression": {
+                          "loss": "smooth-L1 between each step's output state and the target's top feature at its "
+                                  "label's position (an ablation: EAGLE-3 has none)",
+                          "weight_against_token_loss": settings["feature_weight"]} if settings["feature_weight"] else None,
                       "output_init": "final norm and LM head from the target's" if settings["output_init"] == "target"
                       else "random" if init_record is None else "continued",
                       "output_trained": not settings["freeze_output"],
@@ -394,9 +411,13 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
         budget_key(torch.device(settings["device"])): round(spent / 60, 2),
         "steps": step, "max_steps": max_steps,
         "loss_first_20": {"ce_by_step": [round(float(x), 4) for x in first[:steps]],
-                          "top1_by_step": [round(float(x), 4) for x in first[steps:]]},
+                          "top1_by_step": [round(float(x), 4) for x in first[steps:2 * steps]],
+                          **({"feature_by_step": [round(float(x), 4) for x in first[2 * steps:]]}
+                             if settings["feature_weight"] else {})},
         "loss_last_20": {"ce_by_step": [round(float(x), 4) for x in last[:steps]],
-                         "top1_by_step": [round(float(x), 4) for x in last[steps:]]},
+                         "top1_by_step": [round(float(x), 4) for x in last[steps:2 * steps]],
+                         **({"feature_by_step": [round(float(x), 4) for x in last[2 * steps:]]}
+                            if settings["feature_weight"] else {})},
         **heldout_report(head, data, feature_sets[0], heldout, evaluate_eagle3),
     }
 
