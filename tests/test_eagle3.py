@@ -438,11 +438,14 @@ def test_the_feature_loss_pulls_each_step_towards_the_top_feature_of_its_label(t
     that pulls every step towards step 0's feature gives a different loss."""
     d = small_set(3, 0)
     h = tiny.config.hidden_size
-    items = [(d.ids(i), np.random.default_rng(i).standard_normal((len(d.ids(i)), 4 * h)).astype(np.float16),
+    # features small at even positions and large at odd ones, so that one position off is far off
+    items = [(d.ids(i), (np.random.default_rng(i).standard_normal((len(d.ids(i)), 4 * h))
+                         * np.where(np.arange(len(d.ids(i))) % 2 == 0, 0.1, 3.0)[:, None]).astype(np.float16),
               int(d.prompt_lens[i])) for i in range(3)]
     batch = make_batch(items, h)
     features, tokens, top, pad, start = batch
     weight = tiny.lm_head.weight.detach()
+    torch.manual_seed(0)
     head = Eagle3Head(tiny, torch.arange(tiny.config.vocab_size))  # every label in vocabulary
     plain, plain_ces, _, no_feats = ttt_loss(head, batch, weight, steps=2)
     pulled, ces, _, feats = ttt_loss(head, batch, weight, steps=2, feature_weight=0.5)
@@ -462,7 +465,7 @@ def test_the_feature_loss_pulls_each_step_towards_the_top_feature_of_its_label(t
 
     extra, means = slow(lambda s: s)
     assert float(pulled - plain) == pytest.approx(extra, rel=1e-4) and feats == pytest.approx(means, rel=1e-4)
-    assert float(pulled - plain) != pytest.approx(slow(lambda s: 0)[0], rel=1e-3)
+    assert float(pulled - plain) != pytest.approx(slow(lambda s: 0)[0], rel=1e-2)
     out = tmp_path / "pulled.safetensors"
     train_eagle3(target=tiny, data=small_set(), max_steps=2, out=out, eval_prompts=1, vocab_size=512, batch=2,
                  steps=2, progress=False, feature_weight=0.5)
