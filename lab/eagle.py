@@ -176,14 +176,21 @@ def training_budget(manifest: dict) -> dict:
     """What a head cost in all: CPU (and GPU) minutes and steps summed over its warm-start chain
     (a head trained with `--init` continues another head), and the training tokens of its last
     stage (regenerated responses plus any ShareGPT replies; each stage here kept the earlier data)."""
-    cpu, gpu, steps, stages, m = 0.0, 0.0, 0, 0, manifest
-    while m is not None:
-        cpu, gpu = cpu + m.get("cpu_budget_minutes", 0.0), gpu + m.get("gpu_budget_minutes", 0.0)
-        steps, stages = steps + m["steps"], stages + 1
-        m = (m.get("init") or {}).get("manifest")
+    chain = warm_start_chain(manifest)
     data = manifest["data"]
-    return {"cpu_minutes": cpu, "gpu_minutes": gpu, "steps": steps, "stages": stages,
+    return {"cpu_minutes": sum(m.get("cpu_budget_minutes", 0.0) for m in chain),
+            "gpu_minutes": sum(m.get("gpu_budget_minutes", 0.0) for m in chain),
+            "steps": sum(m["steps"] for m in chain), "stages": len(chain),
             "train_tokens": data["train_response_tokens"] + data.get("sharegpt_reply_tokens", 0)}
+
+
+def warm_start_chain(manifest: dict) -> list[dict]:
+    """A head's manifest, then those of the heads it continued (`--init`), newest first."""
+    chain, m = [], manifest
+    while m is not None:
+        chain.append(m)
+        m = (m.get("init") or {}).get("manifest")
+    return chain
 
 
 def passes(manifest: dict) -> float:
@@ -191,10 +198,6 @@ def passes(manifest: dict) -> float:
     warm-start chain: steps x sequences per batch / training sequences, per stage. Every stage
     here trained on the regenerated answers (some also on ShareGPT's replies), so this is how
     often a regenerated training prompt was seen: what memorising it scales with."""
-    total, m = 0.0, manifest
-    while m is not None:
-        opt = m["optimiser"]
-        batch = opt.get("global_batch_sequences", opt.get("batch_sequences"))
-        total += m["steps"] * batch / m["data"]["train_sequences"]
-        m = (m.get("init") or {}).get("manifest")
-    return total
+    def batch(m: dict) -> int:  # EAGLE-3 manifests name it for the global batch of all processes
+        return m["optimiser"].get("global_batch_sequences", m["optimiser"].get("batch_sequences"))
+    return sum(m["steps"] * batch(m) / m["data"]["train_sequences"] for m in warm_start_chain(manifest))

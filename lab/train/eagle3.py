@@ -360,6 +360,13 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     return out
 
 
+def _by_step(row: np.ndarray, steps: int) -> dict:
+    """A history row (cross-entropies, top-1s, then feature losses where trained with them), by name."""
+    names = ("ce_by_step", "top1_by_step", "feature_by_step")
+    return {names[i]: [round(float(x), 4) for x in row[i * steps:(i + 1) * steps]]
+            for i in range(len(row) // steps)}
+
+
 def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources: list[RegenSet],
               feature_sets: list[FeatureSet], train: list, heldout: list[int], init_record: dict | None,
               extract_seconds: float, history: list, step: int, spent: float, settings: dict) -> dict:
@@ -410,14 +417,7 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                    "requested_minutes": None if max_steps else settings["minutes"]},
         budget_key(torch.device(settings["device"])): round(spent / 60, 2),
         "steps": step, "max_steps": max_steps,
-        "loss_first_20": {"ce_by_step": [round(float(x), 4) for x in first[:steps]],
-                          "top1_by_step": [round(float(x), 4) for x in first[steps:2 * steps]],
-                          **({"feature_by_step": [round(float(x), 4) for x in first[2 * steps:]]}
-                             if settings["feature_weight"] else {})},
-        "loss_last_20": {"ce_by_step": [round(float(x), 4) for x in last[:steps]],
-                         "top1_by_step": [round(float(x), 4) for x in last[steps:2 * steps]],
-                         **({"feature_by_step": [round(float(x), 4) for x in last[2 * steps:]]}
-                            if settings["feature_weight"] else {})},
+        "loss_first_20": _by_step(first, steps), "loss_last_20": _by_step(last, steps),
         **heldout_report(head, data, feature_sets[0], heldout, evaluate_eagle3),
     }
 
