@@ -237,6 +237,7 @@ eagle3-readout: setup
 # 400 plain steps, float32) with that feature loss added back at EAGLE-1's ratio (smooth-L1 10 : token
 # loss 1, EAGLE-1's 1.0 : 0.1). An ablation, not EAGLE-3's objective.
 # Then the same pair at 800 and at 1600 steps each, from scratch: does the feature loss catch up with more steps?
+# Last, each head's training-prompt top-1 (`evaluate --split train`, notebook 06) where its manifest lacks it.
 eagle3-feature-loss: setup
 	test -f data/eagle/eagle3-s1-feature.json || $(READOUT) --name eagle3-s1-feature --ttt-steps 1 --max-steps 400 \
 		--feature-loss 10
@@ -246,6 +247,9 @@ eagle3-feature-loss: setup
 	test -f data/eagle/eagle3-s1-1600.json || $(READOUT) --name eagle3-s1-1600 --ttt-steps 1 --max-steps 1600
 	test -f data/eagle/eagle3-s1-feature-1600.json || $(READOUT) --name eagle3-s1-feature-1600 --ttt-steps 1 \
 		--max-steps 1600 --feature-loss 10
+	for h in eagle3-s1-learned eagle3-s1-feature eagle3-s1-800 eagle3-s1-feature-800 eagle3-s1-1600 \
+		eagle3-s1-feature-1600; do grep -q '"evaluation_train"' data/eagle/$$h.json || \
+		$(PY) -m lab evaluate $$h --split train --prompts 64 || exit 1; done
 
 # notebook 06's data scaling: EAGLE-1 and EAGLE-3 heads on the first 1/8, 1/4, 1/2 and all of the
 # 1,472 regenerated training prompts, at equal optimiser steps per kind (the steps that 5
