@@ -211,7 +211,8 @@ def _train(args: argparse.Namespace) -> None:
         if args.mined_only and not args.mined:
             raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
         train_judge(mined=args.mined, mined_only=args.mined_only, mine_cap=args.mine_cap,
-                    mine_with=tuple(args.mine_with.split(",")), reads_logits=args.with_logits,
+                    mine_with=tuple(args.mine_with.split(",")), judged_by=args.judged_by,
+                    judged_delta=args.judged_delta, reads_logits=args.with_logits,
                     out=Path(args.out) if args.out else JUDGE_DIR / "judge.json")
     elif args.what == "eagle3":
         from .eagle3 import head_path
@@ -387,7 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--mined-only", action="store_true", help="judge: train on the mined labels alone")
     train.add_argument("--mine-with", default="draft",
                        help="judge: whose mismatches --mined labels, comma-separated: draft (the 2-layer draft model, "
-                            "the default) and/or eagle1 (the shipped EAGLE-1 head's first drafts)")
+                            "the default), eagle1 (the shipped EAGLE-1 head's first drafts) and/or judged (the "
+                            "tokens only the judge --judged-by let through when it decoded with the 2-layer draft)")
+    train.add_argument("--judged-by", default="judge",
+                       help="judge: the judge head data/judge/NAME.json that decodes for --mine-with judged")
+    train.add_argument("--judged-delta", type=float, default=None,
+                       help="judge: its threshold for --mine-with judged (default: the head's own)")
     train.add_argument("--mine-cap", type=int, default=8,
                        help="judge: at most this many mismatches tried per item (default 8)")
     train.add_argument("--with-logits", action="store_true",

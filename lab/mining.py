@@ -15,6 +15,13 @@ with `site_token` on the draft token, as `token_features` and `JudgeRule.scores`
 The draft is the 2-layer draft model or an EAGLE-1 head (its first draft, from the target's own
 features), whose mistakes are more fluent still and fool a judge that never saw any.
 
+Those mismatches sit on the target's own greedy answer. In decoding the judge meets other ones:
+once it has let a draft token through, the context is no longer the target's, and the draft keeps
+drafting from its own accepted tokens. `judged_item` mines those (on-policy, as DAgger does for
+imitation): it decodes the item with the 2-layer draft under an existing judge head, and labels
+the tokens in that answer that only the judge accepted, by the same substitution test from the
+judged answer's own prefix.
+
 Mining is slow (one greedy continuation per mismatch), so each item's result is cached under
 `.cache/judge-mined/` (an EAGLE head's under `.cache/judge-mined/eagle1/`) as soon as it is done,
 written atomically, and a rerun resumes.
@@ -129,18 +136,65 @@ def mine_item(engine: Engine, draft, item: Checkable, cap: int, eos_id: int | No
     found = draft_mismatches(engine.model, draft, item.prompt, answer)
     record["mismatches_found"] = len(found)
     for j, token in spread(found, cap):
-        prefix = answer[:j] + [token]
-        rest = 0 if token == eos_id else item.max_new_tokens - len(prefix)
-        finished = prefix + greedy_answer(engine, item.prompt + prefix, rest, eos_id)
+        finished = finish(engine, item, answer[:j] + [token], eos_id)
         record["mismatches"].append({"position": j, "draft": token, "target": answer[j], "answer": finished,
                                      "harmless": bool(item.check(finished))})
     return record
 
 
+def judged_tokens(engine: Engine, drafter, rule, item: Checkable, draft_len: int, eos_id: int | None
+                  ) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """Judge decoding's answer to `item` (`drafter` proposing chains of `draft_len`, `rule` the
+    judge) and (j, draft token, target's token) for every answer position j whose token only the
+    judge accepted: a draft the target's argmax there disagreed with."""
+    found: list[tuple[int, int, int]] = []
+
+    def on_cycle(context, proposal, cycle, emitted, origins) -> None:
+        start = len(context) - len(item.prompt)
+        argmax = cycle.logits[: len(emitted)].argmax(-1).tolist()
+        found.extend((start + i, t, a) for i, (t, a, o) in enumerate(zip(emitted, argmax, origins))
+                     if o == "draft" and t != a)
+    answer = decode(engine, drafter, item.prompt, item.max_new_tokens, GREEDY, draft_len, 0, eos_id, rule=rule,
+                    on_cycle=on_cycle).tokens
+    return answer, found
+
+
+def finish(engine: Engine, item: Checkable, prefix: list[int], eos_id: int | None) -> list[int]:
+    """`prefix` finished by the target's greedy answer (nothing more after an EOS)."""
+    rest = 0 if prefix[-1] == eos_id else item.max_new_tokens - len(prefix)
+    return prefix + greedy_answer(engine, item.prompt + prefix, rest, eos_id)
+
+
+def judged_item(engine: Engine, make_drafter: Callable, rule, item: Checkable, cap: int, draft_len: int,
+                eos_id: int | None) -> dict:
+    """One item's on-policy record, in `mine_item`'s format: `answer` is judge decoding's answer
+    and the mismatches are up to `cap` of the tokens in it that only the judge accepted. Each is
+    tried from the judged answer's own prefix: with the draft token, finished by the target
+    (correct: harmless); if that fails, with the target's token instead (correct: the draft token
+    was harmful; also wrong: the answer was lost before this token, so no label)."""
+    target_answer = greedy_answer(engine, item.prompt, item.max_new_tokens, eos_id)
+    record = {"problem": item.problem, "source": item.source, "prompt": item.prompt, "answer": [],
+              "target_correct": bool(item.check(target_answer)), "mismatches_found": 0, "lost_before": 0,
+              "mismatches": []}
+    if not record["target_correct"]:
+        return record
+    answer, found = judged_tokens(engine, make_drafter(), rule, item, draft_len, eos_id)
+    record.update(answer=answer, mismatches_found=len(found))
+    for j, token, target_token in spread(found, cap):
+        finished = finish(engine, item, answer[:j] + [token], eos_id)
+        harmless = bool(item.check(finished))
+        if not harmless and not item.check(finish(engine, item, answer[:j] + [target_token], eos_id)):
+            record["lost_before"] += 1
+            continue
+        record["mismatches"].append({"position": j, "draft": token, "target": target_token, "answer": finished,
+                                     "harmless": harmless})
+    return record
+
+
 def labelled(record: dict) -> list[Labelled]:
-    """One `Labelled` per mined mismatch: the prompt, the target's answer up to the mismatch and
-    the draft's token, labelled there only (1 harmless, 0 harmful). The target's own tokens before
-    it carry no label: standard verification accepts them anyway."""
+    """One `Labelled` per mined mismatch: the prompt, the answer up to the mismatch (the target's,
+    or judge decoding's for an on-policy record) and the draft's token, labelled there only (1
+    harmless, 0 harmful). The tokens before it carry no label."""
     start = len(record["prompt"])
     return [Labelled(record["problem"], record["prompt"] + record["answer"][: m["position"]] + [m["draft"]], start,
                      [-1] * m["position"] + [int(m["harmless"])], "mined", start + m["position"], record["source"])
@@ -152,13 +206,19 @@ def cache_path(cache_dir: Path, problem: str) -> Path:
 
 
 def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None = None,
-         cache_dir: Path = MINED_DIR, progress: bool = True) -> list[dict]:
-    """`mine_item` for every item, each record cached in `cache_dir` as soon as it is done and
-    reused on a rerun when it was mined with the same prompt, answer length and cap (and the same
-    draft: a draft model's layer count, or the EAGLE head's variant)."""
+         cache_dir: Path = MINED_DIR, progress: bool = True, judged: tuple | None = None) -> list[dict]:
+    """`mine_item` for every item, or `judged_item` (on-policy) with the draft model under a judge
+    given `judged` = (rule, draft_len, what identifies the judge), each record cached in
+    `cache_dir` as soon as it is done and reused on a rerun when it was mined with the same
+    prompt, answer length and cap (and the same draft: a draft model's layer count, or the EAGLE
+    head's variant; and the same judge and chain length)."""
     from tqdm.auto import tqdm
+    from .drafters import ModelDraft
     settings = ({"cap": cap, "draft": draft.variant} if isinstance(draft, EagleHead)
                 else {"cap": cap, "draft_layers": draft.config.num_hidden_layers})
+    if judged is not None:
+        rule, draft_len, judge_id = judged
+        settings |= {"draft_len": draft_len, "judge": judge_id}
     engine, records = engine_for(target), []
     bar = tqdm(items, desc="mining judge labels (items)", unit="item", disable=not progress)
     for item in bar:
@@ -166,7 +226,9 @@ def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None
         wanted = {**settings, "max_new_tokens": item.max_new_tokens}
         record = json.loads(path.read_text()) if path.exists() else None
         if record is None or record.get("settings") != wanted or record["prompt"] != item.prompt:
-            record = {**mine_item(engine, draft, item, cap, eos_id), "settings": wanted}
+            record = mine_item(engine, draft, item, cap, eos_id) if judged is None else \
+                judged_item(engine, lambda: ModelDraft(draft), rule, item, cap, draft_len, eos_id)
+            record["settings"] = wanted
             write_json(path, record)
         records.append(record)
         labels = [m["harmless"] for r in records for m in r["mismatches"]]

@@ -142,7 +142,7 @@ def _judge_of(spec: dict) -> str | None:
     return spec.get("judge", DEFAULT_JUDGE) if spec.get("rule", "").startswith("judge") else None
 
 
-def _sha(path: Path) -> str:
+def file_sha(path: Path) -> str:
     if not path.exists():
         raise LabError(f"{path} is missing: the quality sweep needs the shipped draft, EAGLE-1 head and judge head")
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
@@ -159,11 +159,11 @@ def run_inputs(spec: dict, tasks: list[Task]) -> dict:
     inputs = {"target": TARGET_NAME, "questions": questions, "draft_len": SWEEP_DRAFT_LEN,
               "max_new_tokens": SWEEP_MAX_NEW_TOKENS}
     if "draft" in (spec["model"], spec["drafter"]):
-        inputs["draft"] = _sha(draft_path(2))
+        inputs["draft"] = file_sha(draft_path(2))
     if spec["drafter"] == "eagle1":
-        inputs |= {"eagle1": _sha(head_path("eagle1")), "eagle_chain_depth": EAGLE_CHAIN_DEPTH}
+        inputs |= {"eagle1": file_sha(head_path("eagle1")), "eagle_chain_depth": EAGLE_CHAIN_DEPTH}
     if _judge_of(spec):
-        inputs["judge"] = _sha(JUDGE_DIR / f"{_judge_of(spec)}.json")
+        inputs["judge"] = file_sha(JUDGE_DIR / f"{_judge_of(spec)}.json")
     return inputs
 
 

@@ -389,8 +389,8 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     assert quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1] == runs
     assert len(decoded) == len(names)  # a complete file decodes nothing
     assert quality.format_quality(runs).splitlines()[2] == "| target only | 1.43 | 0.33x | 0.000 | +0.0 | 0.00 |"
-    sha = quality._sha  # a retrained judge: other bytes, the same threshold
-    monkeypatch.setattr(quality, "_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
+    sha = quality.file_sha  # a retrained judge: other bytes, the same threshold
+    monkeypatch.setattr(quality, "file_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
     again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]
     assert decoded[len(names):] == ["judge", "judge"] and list(again) == names  # only the judge's two runs
     monkeypatch.setattr(lab.judge, "load_judge",  # the second head has another delta

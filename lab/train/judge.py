@@ -8,7 +8,9 @@ Sources of labelled answers (each split by problem, never by token):
   * MT-Bench's reference answers for math, reasoning and coding with a wrong number;
   * with `--mined N`, the 2-layer draft's (and with `--mine-with draft,eagle1` also the EAGLE-1
     head's) real mismatches on up to N checkable items, labelled by whether the target's answer
-    stays correct with the draft token in it (lab/mining.py).
+    stays correct with the draft token in it (lab/mining.py); with `judged` among them, also the
+    tokens that only the judge let through when an existing judge head (`--judged-by`) decoded
+    those items with the 2-layer draft (on-policy labels).
 An item's planted and mined labels share its problem key, so they stay on one side of the split.
 """
 from __future__ import annotations
@@ -83,23 +85,35 @@ def subsample_positives(examples: list[Labelled], keep: int, seed: int = 0) -> N
             ex.labels[i] = -1
 
 
-MINE_WITH = ("draft", "eagle1")
+MINE_WITH = ("draft", "eagle1", "judged")
 
 
-def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_with: tuple[str, ...] = ("draft",)
-                   ) -> tuple[list[Labelled], dict]:
-    """Labels mined from the mismatches of the shipped 2-layer draft (`draft`) and/or the shipped
-    EAGLE-1 head (`eagle1`) on the first `items` checkable items (cached and resumed,
-    lab/mining.py), and per source (`mined_tasks`, `mined_tasks_eagle1`, ...) how many items were
-    tried, how many the target answered correctly, and how many of those gave labels."""
+def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_with: tuple[str, ...] = ("draft",),
+                   judged_by: str = "judge", judged_delta: float | None = None) -> tuple[list[Labelled], dict]:
+    """Labels mined from the mismatches of the shipped 2-layer draft (`draft`), the shipped
+    EAGLE-1 head (`eagle1`) and/or the 2-layer draft under the judge head data/judge/`judged_by`
+    at threshold `judged_delta` (its own if None; `judged`, on-policy) on the first `items`
+    checkable items (cached and resumed, lab/mining.py), and per source (`mined_tasks`,
+    `mined_tasks_eagle1`, ...) how many items were tried, how many the target answered
+    correctly, and how many of those gave labels."""
     from ..eagle import load_head
+    from ..judge import JudgeRule, load_judge
     from ..mining import MINED_DIR, checkable_items, labelled, mine
+    from ..quality import SWEEP_DRAFT_LEN, file_sha
     checkable = checkable_items(tokenizer, items, seed=seed)
     examples, counts = [], {}
     for name in mine_with:
-        draft, folder, suffix = ((load_draft(target, 2), MINED_DIR, "") if name == "draft" else
-                                 (load_head(target, name), MINED_DIR / name, f"_{name}"))
-        for r in mine(target, draft, checkable, cap, tokenizer.eos_token_id, cache_dir=folder):
+        judged = None
+        if name == "judged":
+            path = JUDGE_DIR / f"{judged_by}.json"
+            probe, own_delta = load_judge(target, path)
+            delta = own_delta if judged_delta is None else judged_delta
+            # chains as long as the quality sweep's, so the labels come from the decoding it measures
+            judged = (JudgeRule(probe, delta), SWEEP_DRAFT_LEN, {"head": judged_by, "sha": file_sha(path), "delta": delta})
+        draft, folder, suffix = ((load_head(target, name), MINED_DIR / name, f"_{name}") if name == "eagle1" else
+                                 (load_draft(target, 2), MINED_DIR / name if judged else MINED_DIR,
+                                  f"_{name}" if judged else ""))
+        for r in mine(target, draft, checkable, cap, tokenizer.eos_token_id, cache_dir=folder, judged=judged):
             found = labelled(r)
             for ex in found:
                 ex.source += suffix
@@ -136,6 +150,7 @@ def per_source(sources: list[str], labels, val_scores, val: list[int], delta: fl
 
 def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int = 0, positives_per_answer: int = 24,
                 mined: int = 0, mined_only: bool = False, mine_cap: int = 8, mine_with: tuple[str, ...] = ("draft",),
+                judged_by: str = "judge", judged_delta: float | None = None,
                 reads_logits: bool = False, out: Path = JUDGE_DIR / "judge.json") -> dict:
     """Build the labels (planted, and mined from up to `mined` items unless 0; mined only with
     `mined_only`), fit a probe per layer (on the hidden state, followed by the token's
@@ -151,7 +166,8 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     examples, counts = ([], {}) if mined_only else planted_examples(tokenizer, seed)
     subsample_positives(examples, positives_per_answer, seed)  # mined answers carry one label each already
     if mined:
-        found, mined_counts = mined_examples(tokenizer, target, mined, mine_cap, seed, mine_with)
+        found, mined_counts = mined_examples(tokenizer, target, mined, mine_cap, seed, mine_with, judged_by,
+                                             judged_delta)
         examples += found
         counts.update(mined_counts)
     data = token_features(target, examples, layers)
@@ -176,6 +192,7 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
                  "tokens": per_source(data["sources"], y, by_layer[best]["scores"], val, delta, token_probability),
                  "positives_per_answer": positives_per_answer, "mined_items": mined, "mined_per_item": mine_cap,
                  "mined_with": list(mine_with) if mined else [],
+                 **({"judged_by": judged_by, "judged_delta": judged_delta} if mined and "judged" in mine_with else {}),
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},
