@@ -244,6 +244,42 @@ def test_a_mined_token_is_read_where_the_judge_reads_it_in_decoding(tiny, other,
                     assert torch.allclose(scores[0], torch.sigmoid(p_draft.log()), atol=1e-4)
 
 
+@torch.inference_mode()
+def test_on_policy_mining_labels_the_tokens_only_the_judge_let_through(tiny, other, tokenizer):
+    from lab.drafters import ModelDraft
+    from lab.mining import greedy_answer, judged_item, judged_tokens, labelled
+    always = JudgeRule(_probe(tiny.config.hidden_size, 2, bias=0.0), delta=0.1)  # P(correct) 0.5: accepts every draft
+    item = _item(tokenizer, lambda ids: True, n=12)
+    answer, found = judged_tokens(Engine(tiny), ModelDraft(other), always, item, 4, None)
+    # exactly the positions where the judged answer differs from what the target would say after its prefix
+    targets = [_greedy_next(tiny, item.prompt + answer[:j]) for j in range(len(answer))]
+    assert found == [(j, a, t) for j, (a, t) in enumerate(zip(answer, targets)) if a != t] and len(found) >= 2
+    assert answer != greedy_answer(Engine(tiny), item.prompt, 12, None)  # off the target's own answer
+    # a fake checker: an answer holding the second judged token fails (unless the target's own answer has it)
+    harmful = {found[1][1]} - set(greedy_answer(Engine(tiny), item.prompt, 12, None))
+    checked = []
+
+    def check(ids: list[int]) -> bool:
+        checked.append(list(ids))
+        return not harmful & set(ids)
+    record = judged_item(Engine(tiny), lambda: ModelDraft(other), always, _item(tokenizer, check, n=12), 8, 4, None)
+    assert record["target_correct"] and record["answer"] == answer and record["mismatches_found"] == len(found)
+    tried = {m["position"] for m in record["mismatches"]}
+    assert len(tried) + record["lost_before"] == min(8, len(found))
+    for m in record["mismatches"]:
+        j = m["position"]
+        assert (j, m["draft"], m["target"]) in found and m["answer"][: j + 1] == answer[:j] + [m["draft"]]
+        if not m["harmless"]:  # harmful only where the target's own token there still gives a correct answer
+            assert any(c[: j + 1] == answer[:j] + [m["target"]] and check(c) for c in checked)
+    assert harmful and {m["position"]: m["harmless"] for m in record["mismatches"]}[found[1][0]] is False
+    assert all(m["harmless"] for m in record["mismatches"] if m["position"] < found[1][0])
+    _assert_labels_follow_the_checker(record, labelled(record), check)
+    # a judge that never fires gives standard SD's (the target's) answer, and nothing to label
+    never = JudgeRule(_probe(tiny.config.hidden_size, 2, bias=0.0), delta=1.0)
+    plain, none = judged_tokens(Engine(tiny), ModelDraft(other), never, item, 4, None)
+    assert plain == greedy_answer(Engine(tiny), item.prompt, 12, None) and none == []
+
+
 def test_a_judge_that_reads_logits_loads_back_and_asks_for_them(tiny, tmp_path):
     from lab.judge import logit_features, save_judge
     width = tiny.config.hidden_size + 2
