@@ -211,7 +211,7 @@ def _train(args: argparse.Namespace) -> None:
         if args.mined_only and not args.mined:
             raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
         train_judge(mined=args.mined, mined_only=args.mined_only, mine_cap=args.mine_cap,
-                    mine_with=tuple(args.mine_with.split(",")), judged_by=args.judged_by,
+                    mine_with=tuple(args.mine_with.split(",")), judged_by=tuple(args.judged_by.split(",")),
                     judged_delta=args.judged_delta, reads_logits=args.with_logits,
                     out=Path(args.out) if args.out else JUDGE_DIR / "judge.json")
     elif args.what == "eagle3":
@@ -391,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "the default), eagle1 (the shipped EAGLE-1 head's first drafts) and/or judged (the "
                             "tokens only the judge --judged-by let through when it decoded with the 2-layer draft)")
     train.add_argument("--judged-by", default="judge",
-                       help="judge: the judge head data/judge/NAME.json that decodes for --mine-with judged")
+                       help="judge: the judge heads data/judge/NAME.json that decode for --mine-with judged, "
+                            "comma-separated (several: the labels of each, as DAgger aggregates its rounds)")
     train.add_argument("--judged-delta", type=float, default=None,
                        help="judge: its threshold for --mine-with judged (default: the head's own)")
     train.add_argument("--mine-cap", type=int, default=8,

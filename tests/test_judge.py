@@ -128,6 +128,14 @@ def test_lossy_rules_refuse_sampling_and_bad_heads(tiny, tmp_path):
         load_judge(tiny, tmp_path / "other.json")
 
 
+def test_training_a_judge_refuses_unknown_drafters_and_missing_judges_before_any_work():
+    from lab.train.judge import train_judge
+    with pytest.raises(LabError, match="unknown draft eagle9"):
+        train_judge(mined=1, mine_with=("draft", "eagle9"))
+    with pytest.raises(LabError, match="no judge head data/judge/no-such-head.json"):
+        train_judge(mined=1, mine_with=("judged",), judged_by=("no-such-head",))
+
+
 def test_a_humaneval_split_keeps_the_program_whole(tokenizer):
     for p in humaneval_problems()[:5]:
         context, solution = humaneval_split(tokenizer, p)

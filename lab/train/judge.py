@@ -89,30 +89,37 @@ MINE_WITH = ("draft", "eagle1", "judged")
 
 
 def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_with: tuple[str, ...] = ("draft",),
-                   judged_by: str = "judge", judged_delta: float | None = None) -> tuple[list[Labelled], dict]:
+                   judged_by: tuple[str, ...] = ("judge",), judged_delta: float | None = None
+                   ) -> tuple[list[Labelled], dict]:
     """Labels mined from the mismatches of the shipped 2-layer draft (`draft`), the shipped
-    EAGLE-1 head (`eagle1`) and/or the 2-layer draft under the judge head data/judge/`judged_by`
-    at threshold `judged_delta` (its own if None; `judged`, on-policy) on the first `items`
+    EAGLE-1 head (`eagle1`) and/or the 2-layer draft under each judge head data/judge/NAME.json
+    of `judged_by` at threshold `judged_delta` (the head's own if None; `judged`, on-policy: with
+    several heads, the labels of each, as DAgger aggregates its rounds) on the first `items`
     checkable items (cached and resumed, lab/mining.py), and per source (`mined_tasks`,
-    `mined_tasks_eagle1`, ...) how many items were tried, how many the target answered
-    correctly, and how many of those gave labels."""
+    `mined_tasks_eagle1`, `mined_tasks_judged_by_NAME`) how many items were tried, how many the
+    target answered correctly, and how many of those gave labels."""
     from ..eagle import load_head
     from ..judge import JudgeRule, load_judge
     from ..mining import MINED_DIR, checkable_items, labelled, mine
     from ..quality import SWEEP_DRAFT_LEN, file_sha
     checkable = checkable_items(tokenizer, items, seed=seed)
     examples, counts = [], {}
-    for name in mine_with:
+    miners = [(name, None) for name in mine_with if name != "judged"]
+    miners += [("judged", head) for head in (judged_by if "judged" in mine_with else ())]
+    for name, head in miners:
         judged = None
-        if name == "judged":
-            path = JUDGE_DIR / f"{judged_by}.json"
+        if head is not None:
+            path = JUDGE_DIR / f"{head}.json"
             probe, own_delta = load_judge(target, path)
             delta = own_delta if judged_delta is None else judged_delta
             # chains as long as the quality sweep's, so the labels come from the decoding it measures
-            judged = (JudgeRule(probe, delta), SWEEP_DRAFT_LEN, {"head": judged_by, "sha": file_sha(path), "delta": delta})
-        draft, folder, suffix = ((load_head(target, name), MINED_DIR / name, f"_{name}") if name == "eagle1" else
-                                 (load_draft(target, 2), MINED_DIR / name if judged else MINED_DIR,
-                                  f"_{name}" if judged else ""))
+            judged = (JudgeRule(probe, delta), SWEEP_DRAFT_LEN, {"head": head, "sha": file_sha(path), "delta": delta})
+        if name == "eagle1":
+            draft, folder, suffix = load_head(target, name), MINED_DIR / name, f"_{name}"
+        elif judged:
+            draft, folder, suffix = load_draft(target, 2), MINED_DIR / "judged" / head, f"_judged_by_{head}"
+        else:
+            draft, folder, suffix = load_draft(target, 2), MINED_DIR, ""
         for r in mine(target, draft, checkable, cap, tokenizer.eos_token_id, cache_dir=folder, judged=judged):
             found = labelled(r)
             for ex in found:
@@ -150,7 +157,7 @@ def per_source(sources: list[str], labels, val_scores, val: list[int], delta: fl
 
 def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int = 0, positives_per_answer: int = 24,
                 mined: int = 0, mined_only: bool = False, mine_cap: int = 8, mine_with: tuple[str, ...] = ("draft",),
-                judged_by: str = "judge", judged_delta: float | None = None,
+                judged_by: tuple[str, ...] = ("judge",), judged_delta: float | None = None,
                 reads_logits: bool = False, out: Path = JUDGE_DIR / "judge.json") -> dict:
     """Build the labels (planted, and mined from up to `mined` items unless 0; mined only with
     `mined_only`), fit a probe per layer (on the hidden state, followed by the token's
@@ -159,6 +166,9 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     unknown = set(mine_with) - set(MINE_WITH)
     if unknown:  # before the minutes of planting and mining
         raise LabError(f"--mine-with: unknown draft {', '.join(sorted(unknown))}; choose from {', '.join(MINE_WITH)}")
+    missing = [h for h in judged_by if "judged" in mine_with and not (JUDGE_DIR / f"{h}.json").exists()]
+    if missing:
+        raise LabError(f"--judged-by: no judge head data/judge/{missing[0]}.json; train it first or name another")
     start = time.time()
     tokenizer, target = load_tokenizer(), load_target()
     n_layers = target.config.num_hidden_layers
@@ -192,7 +202,7 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
                  "tokens": per_source(data["sources"], y, by_layer[best]["scores"], val, delta, token_probability),
                  "positives_per_answer": positives_per_answer, "mined_items": mined, "mined_per_item": mine_cap,
                  "mined_with": list(mine_with) if mined else [],
-                 **({"judged_by": judged_by, "judged_delta": judged_delta} if mined and "judged" in mine_with else {}),
+                 **({"judged_by": list(judged_by), "judged_delta": judged_delta} if mined and "judged" in mine_with else {}),
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},
