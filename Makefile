@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -135,6 +135,13 @@ judge-on-policy: setup
 	$(PY) -m lab train judge --mined 131 --mine-with draft,eagle1,judged --judged-by judge-draft-eagle1 \
 		--judged-delta 0.5 --out data/judge/judge-on-policy.json
 	$(PY) -m lab quality --judge judge-on-policy
+
+# Its second round (DAgger): the same labels, plus those of the first on-policy head (shipped in
+# data/judge/, or rebuilt by make judge-on-policy) decoding the judge half the same way.
+judge-on-policy-2: setup
+	$(PY) -m lab train judge --mined 131 --mine-with draft,eagle1,judged \
+		--judged-by judge-draft-eagle1,judge-on-policy --judged-delta 0.5 --out data/judge/judge-on-policy-2.json
+	$(PY) -m lab quality --judge judge-on-policy-2
 
 bench-judge: setup
 	$(PY) -m lab bench --methods ar,sd,judge,topk --dataset humaneval --limit 10 --max-new-tokens 192 \
