@@ -115,6 +115,32 @@ SWEEP_DRAFT_LEN, SWEEP_MAX_NEW_TOKENS, EAGLE_CHAIN_DEPTH = 8, 24, 8
 DEFAULT_JUDGE = "judge"  # data/judge/judge.json, the shipped judge head
 
 
+def lost_questions(runs: dict[str, Quality], name: str, tasks: list[Task]) -> list[Task]:
+    """The questions the target alone answers right and run `name` gets wrong (`Quality.correct`
+    holds one verdict per question of each kind, in the order of `tasks`)."""
+    by_kind: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_kind.setdefault(t.kind, []).append(t)
+    target = runs["target only"].correct
+    return [by_kind[k][i] for k, verdicts in runs[name].correct.items()
+            for i, ok in enumerate(verdicts) if target[k][i] and not ok]
+
+
+def judge_only_tokens(target, tokenizer, task: Task, draft, rule, draft_len: int = SWEEP_DRAFT_LEN,
+                      max_new_tokens: int = SWEEP_MAX_NEW_TOKENS) -> dict:
+    """One question decoded as the sweep decodes it, the 2-layer `draft` proposing and the lossy
+    `rule` OR-ed with the target's argmax: the target's own answer, this answer, and every token
+    in it that only the rule accepted, as (the draft's token, the target's choice there) text."""
+    from .mining import Checkable, greedy_answer, judged_tokens
+    item = Checkable(task.id, "", chat_ids(tokenizer, task.question), task.check, max_new_tokens)
+    engine, eos = engine_for(target), tokenizer.eos_token_id
+    answer, found = judged_tokens(engine, ModelDraft(draft), rule, item, draft_len, eos)
+    own = greedy_answer(engine, item.prompt, max_new_tokens, eos)
+    return {"question": task.question, "target": tokenizer.decode(own, skip_special_tokens=True),
+            "judged": tokenizer.decode(answer, skip_special_tokens=True),
+            "judge_only": [(tokenizer.decode([d]), tokenizer.decode([t])) for _, d, t in found]}
+
+
 def sweep_runs(delta: float, fast: bool = False, judge: str = DEFAULT_JUDGE) -> dict[str, dict]:
     """Name -> what runs: which model answers (`target` or the 2-layer `draft` alone), which
     drafter proposes (`none`, the 2-layer `draft`, the shipped EAGLE-1 head's top-1 `eagle1`

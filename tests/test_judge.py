@@ -288,6 +288,28 @@ def test_on_policy_mining_labels_the_tokens_only_the_judge_let_through(tiny, oth
     assert plain == greedy_answer(Engine(tiny), item.prompt, 12, None) and none == []
 
 
+def test_lost_questions_are_those_the_target_gets_right_and_a_run_gets_wrong(tiny, tokenizer):
+    from lab.models import tiny_target
+    from lab.quality import Quality, judge_only_tokens, lost_questions
+    tasks = make_tasks(per_kind=2, seed=1, split="evaluation")
+    kinds = sorted({t.kind for t in tasks})
+    target = Quality({k: [True, False] for k in kinds}, 0, 0, 0.0)
+    run = Quality({k: [k != kinds[1], True] for k in kinds}, 0, 0, 0.0)  # loses the first question of one kind
+    first = [t for t in tasks if t.kind == kinds[1]][0]
+    assert lost_questions({"target only": target, "run": run}, "run", tasks) == [first]
+    assert lost_questions({"target only": target, "run": target}, "run", tasks) == []
+    # random tied-embedding models repeat the chat template's last token; a flipped final norm makes
+    # this draft propose the token least like it, so it disagrees with the target everywhere
+    other = tiny_target(1)
+    other.model.norm.weight.data.neg_()
+    always = JudgeRule(_probe(tiny.config.hidden_size, 2, bias=0.0), delta=0.1)
+    seen = judge_only_tokens(tiny, tokenizer, first, other, always, 4, 12)
+    assert seen["question"] == first.question and seen["judge_only"] and seen["judged"] != seen["target"]
+    never = JudgeRule(_probe(tiny.config.hidden_size, 2, bias=0.0), delta=1.0)
+    plain = judge_only_tokens(tiny, tokenizer, first, other, never, 4, 12)
+    assert plain["judged"] == plain["target"] == seen["target"] and plain["judge_only"] == []
+
+
 def test_a_judge_that_reads_logits_loads_back_and_asks_for_them(tiny, tmp_path):
     from lab.judge import logit_features, save_judge
     width = tiny.config.hidden_size + 2
