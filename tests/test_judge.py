@@ -136,6 +136,27 @@ def test_training_a_judge_refuses_unknown_drafters_and_missing_judges_before_any
         train_judge(mined=1, mine_with=("judged",), judged_by=("no-such-head",))
 
 
+def test_on_policy_counts_say_how_many_right_answers_the_judge_kept(tokenizer, monkeypatch, tmp_path):
+    import lab.judge as judge
+    import lab.mining as mining
+    import lab.quality as quality
+    import lab.train.judge as train
+    items = [_item(tokenizer, lambda ids, ok=ok: ids == [ok], f"tasks:fake-{ok}") for ok in range(3)]
+    records = [{"source": "mined_tasks", "prompt": it.prompt, "problem": it.problem, "target_correct": ok < 2,
+                "answer": [9 if ok == 1 else ok], "mismatches": []} for ok, it in enumerate(items)]
+    monkeypatch.setattr(mining, "checkable_items", lambda *a, **k: items)
+    monkeypatch.setattr(mining, "mine", lambda *a, **k: records)
+    monkeypatch.setattr(judge, "load_judge", lambda *a, **k: (None, 0.7))
+    monkeypatch.setattr(judge, "JudgeRule", lambda probe, delta: None)
+    monkeypatch.setattr(quality, "file_sha", lambda path: "sha")
+    monkeypatch.setattr(train, "load_draft", lambda *a, **k: None)
+    _, counts = train.mined_examples(tokenizer, None, 3, 8, mine_with=("judged",), judged_by=("a", "b"))
+    # item 0: the target right, the judged answer still right; item 1: the judge broke it; item 2: the target
+    # wrong, so its judged answer (right by chance) does not count
+    assert counts == {f"mined_tasks_judged_by_{h}": {"items": 3, "target_correct": 2, "problems": 0, "answers": 0,
+                                                      "judged_correct": 1} for h in "ab"}
+
+
 def test_a_humaneval_split_keeps_the_program_whole(tokenizer):
     for p in humaneval_problems()[:5]:
         context, solution = humaneval_split(tokenizer, p)

@@ -120,7 +120,8 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
             draft, folder, suffix = load_draft(target, 2), MINED_DIR / "judged" / head, f"_judged_by_{head}"
         else:
             draft, folder, suffix = load_draft(target, 2), MINED_DIR, ""
-        for r in mine(target, draft, checkable, cap, tokenizer.eos_token_id, cache_dir=folder, judged=judged):
+        records = mine(target, draft, checkable, cap, tokenizer.eos_token_id, cache_dir=folder, judged=judged)
+        for item, r in zip(checkable, records):
             found = labelled(r)
             for ex in found:
                 ex.source += suffix
@@ -130,6 +131,8 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
             c["target_correct"] += int(r["target_correct"])
             c["problems"] += int(bool(found))
             c["answers"] += len(found)
+            if judged:  # how many of the target's right answers the judge kept right on these (its training) items
+                c["judged_correct"] = c.get("judged_correct", 0) + int(r["target_correct"] and item.check(r["answer"]))
     return examples, counts
 
 
