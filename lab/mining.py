@@ -38,7 +38,7 @@ import torch
 
 from .artifacts import write_json
 from .decode import decode
-from .drafters import NoDraft
+from .drafters import ModelDraft, NoDraft
 from .eagle import EagleHead
 from .engine import Engine, engine_for
 from .judge import Labelled
@@ -165,10 +165,10 @@ def finish(engine: Engine, item: Checkable, prefix: list[int], eos_id: int | Non
     return prefix + greedy_answer(engine, item.prompt + prefix, rest, eos_id)
 
 
-def judged_item(engine: Engine, make_drafter: Callable, rule, item: Checkable, cap: int, draft_len: int,
-                eos_id: int | None) -> dict:
+def judged_item(engine: Engine, draft, rule, item: Checkable, cap: int, draft_len: int, eos_id: int | None
+                ) -> dict:
     """One item's on-policy record, in `mine_item`'s format: `answer` is judge decoding's answer
-    and the mismatches are up to `cap` of the tokens in it that only the judge accepted. Each is
+    (the draft model `draft` proposing, `rule` the judge) and the mismatches are up to `cap` of the tokens in it that only the judge accepted. Each is
     tried from the judged answer's own prefix: with the draft token, finished by the target
     (correct: harmless); if that fails, with the target's token instead (correct: the draft token
     was harmful; also wrong: the answer was lost before this token, so no label)."""
@@ -178,7 +178,7 @@ def judged_item(engine: Engine, make_drafter: Callable, rule, item: Checkable, c
               "mismatches": []}
     if not record["target_correct"]:
         return record
-    answer, found = judged_tokens(engine, make_drafter(), rule, item, draft_len, eos_id)
+    answer, found = judged_tokens(engine, ModelDraft(draft), rule, item, draft_len, eos_id)
     record.update(answer=answer, mismatches_found=len(found))
     for j, token, target_token in spread(found, cap):
         finished = finish(engine, item, answer[:j] + [token], eos_id)
@@ -213,7 +213,6 @@ def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None
     prompt, answer length and cap (and the same draft: a draft model's layer count, or the EAGLE
     head's variant; and the same judge and chain length)."""
     from tqdm.auto import tqdm
-    from .drafters import ModelDraft
     settings = ({"cap": cap, "draft": draft.variant} if isinstance(draft, EagleHead)
                 else {"cap": cap, "draft_layers": draft.config.num_hidden_layers})
     if judged is not None:
@@ -227,7 +226,7 @@ def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None
         record = json.loads(path.read_text()) if path.exists() else None
         if record is None or record.get("settings") != wanted or record["prompt"] != item.prompt:
             record = mine_item(engine, draft, item, cap, eos_id) if judged is None else \
-                judged_item(engine, lambda: ModelDraft(draft), rule, item, cap, draft_len, eos_id)
+                judged_item(engine, draft, rule, item, cap, draft_len, eos_id)
             record["settings"] = wanted
             write_json(path, record)
         records.append(record)

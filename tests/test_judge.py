@@ -291,7 +291,7 @@ def test_on_policy_mining_labels_the_tokens_only_the_judge_let_through(tiny, oth
     def check(ids: list[int]) -> bool:
         checked.append(list(ids))
         return not harmful & set(ids)
-    record = judged_item(Engine(tiny), lambda: ModelDraft(other), always, _item(tokenizer, check, n=12), 8, 4, None)
+    record = judged_item(Engine(tiny), other, always, _item(tokenizer, check, n=12), 8, 4, None)
     assert record["target_correct"] and record["answer"] == answer and record["mismatches_found"] == len(found)
     tried = {m["position"] for m in record["mismatches"]}
     assert len(tried) + record["lost_before"] == min(8, len(found))

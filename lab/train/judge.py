@@ -108,15 +108,14 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
     miners += [("judged", head) for head in (judged_by if "judged" in mine_with else ())]
     for name, head in miners:
         judged = None
-        if head is not None:
+        if name == "eagle1":
+            draft, folder, suffix = load_head(target, name), MINED_DIR / name, f"_{name}"
+        elif name == "judged":
             path = JUDGE_DIR / f"{head}.json"
             probe, own_delta = load_judge(target, path)
             delta = own_delta if judged_delta is None else judged_delta
             # chains as long as the quality sweep's, so the labels come from the decoding it measures
             judged = (JudgeRule(probe, delta), SWEEP_DRAFT_LEN, {"head": head, "sha": file_sha(path), "delta": delta})
-        if name == "eagle1":
-            draft, folder, suffix = load_head(target, name), MINED_DIR / name, f"_{name}"
-        elif judged:
             draft, folder, suffix = load_draft(target, 2), MINED_DIR / "judged" / head, f"_judged_by_{head}"
         else:
             draft, folder, suffix = load_draft(target, 2), MINED_DIR, ""
