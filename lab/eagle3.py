@@ -169,7 +169,8 @@ class Eagle3Head(nn.Module):
         """Output states [..., H] -> logits over the draft vocabulary [..., V']."""
         return self.lm_head(self.norm(states))
 
-    def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, steps: int,
+                 rows: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Training-time test, all steps in one pass. features [B, T, taps x H] at positions 0..T-1;
         tokens [B, T] where tokens[:, t] = x_{t+1}; pad [B, T] True on real positions.
 
@@ -177,23 +178,30 @@ class Eagle3Head(nn.Module):
         (g_t, x_{t+1}): its state input is step s-1's output at t (for s = 0, the fused true
         features), its token is the true x_{t+1+s} (the drafts before it were accepted), its
         position t+s. It attends to the true pairs 0..t (step 0's keys) and to its own chain's
-        entries of steps 1..s: the diagonal. Returns each step's output states [B, T, H];
-        those of step s predict x_{t+2+s}."""
+        entries of steps 1..s: the diagonal. Returns each step's output states; those of step s
+        predict x_{t+2+s}.
+
+        `rows` [B, W] names the chains to run (index t, or -1 for none), so that training can
+        skip chains none of whose steps is scored; every true pair is still a key. The outputs
+        are then [B, W, H] in that order. Default: every index, outputs [B, T, H]."""
         b, t = tokens.shape
         index = torch.arange(t, device=features.device)
-        causal = (index[:, None] >= index[None, :]) & pad[:, None, None, :].bool()  # [B, 1, T, T]
-        state = self.project(features)
-        q, k0, v0 = self.midlayer.qkv(state, self.embed_tokens(tokens), index.expand(b, t))
+        at = index.expand(b, t) if rows is None else rows.clamp(min=0)           # [B, W]
+        true_state = self.project(features)
+        q, k0, v0 = self.midlayer.qkv(true_state, self.embed_tokens(tokens), index.expand(b, t))
+        q = q.gather(-2, at[:, None, :, None].expand(-1, q.shape[1], -1, q.shape[-1]))
+        state = true_state.gather(1, at[..., None].expand(-1, -1, true_state.shape[-1]))
+        causal = (at[:, None, :, None] >= index) & pad[:, None, None, :].bool()   # [B, 1, W, T]
+        ahead = torch.cat([tokens, tokens.new_zeros(b, steps)], 1)                # x_{t+1+s}, 0 past the end
         scale = 1.0 / math.sqrt(q.shape[-1])
         outs, diag_k, diag_v = [], [], []
         for s in range(steps):
             if s:
-                shifted = torch.cat([tokens[:, s:], tokens.new_zeros(b, s)], 1)
-                q, k, v = self.midlayer.qkv(state, self.embed_tokens(shifted), (index + s).expand(b, t))
+                q, k, v = self.midlayer.qkv(state, self.embed_tokens(ahead.gather(1, at + s)), at + s)
                 diag_k.append(k)
                 diag_v.append(v)
-            scores = (q @ k0.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))  # [B, h, T, T]
-            diag = [((q * dk).sum(-1) * scale)[..., None] for dk in diag_k]                    # [B, h, T, 1] each
+            scores = (q @ k0.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))  # [B, h, W, T]
+            diag = [((q * dk).sum(-1) * scale)[..., None] for dk in diag_k]                    # [B, h, W, 1] each
             weights = torch.softmax(torch.cat([scores, *diag], -1).float(), -1).to(q.dtype)
             attended = weights[..., :t] @ v0
             for r, dv in enumerate(diag_v):
@@ -202,8 +210,9 @@ class Eagle3Head(nn.Module):
             outs.append(state)
         return outs
 
-    def forward(self, features: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, steps: int) -> list[torch.Tensor]:
-        return self.unrolled(features, tokens, pad, steps)  # what DistributedDataParallel calls
+    def forward(self, features: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, steps: int,
+                rows: torch.Tensor | None = None) -> list[torch.Tensor]:
+        return self.unrolled(features, tokens, pad, steps, rows)  # what DistributedDataParallel calls
 
     def own_state(self) -> dict[str, torch.Tensor]:
         """The tensors the head owns (not the shared embedding)."""

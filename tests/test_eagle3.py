@@ -255,6 +255,41 @@ def test_ttt_loss_masks_tokens_outside_the_vocabulary_and_the_prompt(tiny):
     assert float(loss.detach()) > 0 and not np.isnan(ces[0])
 
 
+def test_ttt_loss_runs_only_the_chains_it_scores(tiny, monkeypatch):
+    """`ttt_loss` runs only the chains that have a scored step (`chain_rows`); running every
+    index instead gives the same loss and gradients. Dropping the chains rooted in the last
+    S - 1 prompt positions, whose later steps are response tokens, changes the gradients."""
+    import lab.train.eagle3 as module
+    d = small_set(3, 0)
+    h, steps = tiny.config.hidden_size, 3
+    items = [(d.ids(i), np.random.default_rng(i).standard_normal((len(d.ids(i)), 4 * h)).astype(np.float16),
+              int(d.prompt_lens[i])) for i in range(3)]
+    batch = make_batch(items, h)
+    weight = tiny.lm_head.weight.detach()
+    head = random_head(tiny, every=1)
+    _, _, _, pad, start = batch
+    rows = module.chain_rows(pad, start, steps)
+    assert rows.shape[1] < pad.shape[1] and int(rows[0, 0]) == int(start[0]) - (steps - 1)
+
+    def loss_and_grads():
+        head.zero_grad()
+        loss = ttt_loss(head, batch, weight, steps=steps)[0]
+        loss.backward()
+        return float(loss.detach()), [p.grad.clone() for p in head.parameters() if p.grad is not None]
+
+    loss, grads = loss_and_grads()
+    every_index = lambda pad, start, steps: torch.arange(pad.shape[1]).expand(pad.shape[0], -1)  # noqa: E731
+    monkeypatch.setattr(module, "chain_rows", every_index)
+    full_loss, full_grads = loss_and_grads()
+    assert loss == pytest.approx(full_loss, rel=1e-5)
+    for g, full in zip(grads, full_grads):
+        torch.testing.assert_close(g, full, rtol=1e-4, atol=1e-6)
+    too_few = lambda pad, start, steps: torch.where(  # noqa: E731
+        rows >= start[:, None], rows, torch.full_like(rows, -1))
+    monkeypatch.setattr(module, "chain_rows", too_few)
+    assert not all(torch.allclose(g, full, rtol=1e-2, atol=1e-6) for g, full in zip(loss_and_grads()[1], grads))
+
+
 def test_the_target_output_init_reads_out_as_the_target_does(tiny):
     """--output-init target: before any training the head's readout of a state is the target's
     own (final norm, then LM head), restricted to the draft vocabulary."""

@@ -98,6 +98,17 @@ def step_positions(pad: torch.Tensor, start: torch.Tensor, s: int) -> torch.Tens
     return (index + s < lengths) & (index + s >= start[:, None])
 
 
+def chain_rows(pad: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tensor:
+    """[B, W]: the indices t whose chain has at least one scored step, that is some step s < `steps`
+    whose label t+s is a response position (t >= start - (steps - 1) and t < the row's length),
+    left-aligned, -1 past a row's own. The other chains (most of the prompt) feed nothing that is
+    scored, so `ttt_loss` does not run them."""
+    lengths = pad.sum(1)
+    first = (start - (steps - 1)).clamp(min=0)
+    rows = first[:, None] + torch.arange(max(int((lengths - first).max()), 1), device=pad.device)
+    return torch.where(rows < lengths[:, None], rows, -1)
+
+
 def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = STEPS, model=None,
              world: int = 1, feature_weight: float = 0.0) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
     """(loss, per-step soft cross-entropy, per-step top-1 agreement with the target's argmax,
@@ -109,46 +120,43 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = ST
     against the token loss's 1) towards the target's top feature at its label's position, the
     feature whose LM head gives the distribution the step is scored against."""
     features, tokens, top, pad, start = batch
-    device = pad.device
-    with torch.no_grad():  # the target's distributions, at label positions only (responses: about half)
-        labels = step_positions(pad, start, 0)
-        full = F.linear(top[labels], target_head)                    # [N, V] the target's logits
-        argmax = full.argmax(-1)
-        in_vocab = torch.zeros(labels.shape, dtype=torch.bool, device=device)
-        in_vocab[labels] = torch.isin(argmax, head.vocab)
-        p_target = torch.zeros(*labels.shape, len(head.vocab), device=device)
-        p_target[labels] = torch.softmax(full[:, head.vocab].float(), -1)  # restricted and renormalised
-        argmax_draft = torch.zeros(labels.shape, dtype=torch.long, device=device)
-        argmax_draft[labels] = torch.searchsorted(head.vocab, argmax).clamp(max=len(head.vocab) - 1)
-        del full
-    outs = (head if model is None else model)(features, tokens, pad, steps)
-    scored, width = [], pad.shape[1]
+    with torch.no_grad():  # the target's distributions, at label positions only (the responses)
+        labels = step_positions(pad, start, 0)                       # [B, T]
+        slot = torch.full(labels.shape, -1, dtype=torch.long, device=pad.device)
+        slot[labels] = torch.arange(int(labels.sum()), device=pad.device)  # label position -> its row below
+        label_top = top[labels]                                      # [N, H]
+        argmax = F.linear(label_top, target_head).argmax(-1)          # over the full vocabulary
+        in_vocab = torch.isin(argmax, head.vocab)
+        p_target = torch.softmax(F.linear(label_top, target_head[head.vocab]).float(), -1)  # restricted, renormalised
+        argmax_draft = torch.searchsorted(head.vocab, argmax).clamp(max=len(head.vocab) - 1)
+    rows = chain_rows(pad, start, steps)
+    outs = (head if model is None else model)(features, tokens, pad, steps, rows)
+    scored = []  # per step: which chains are scored, and the row of their label
     for s in range(steps):
-        keep = step_positions(pad, start, s)
-        keep[:, : max(width - s, 0)] &= in_vocab[:, s:]  # index t is scored if its label t+s is in vocabulary
-        scored.append(keep)
-    counts = torch.stack([k.sum() for k in scored]).float()
+        label = slot.gather(1, (rows + s).clamp(min=0, max=pad.shape[1] - 1))
+        keep = (rows >= 0) & (rows + s < pad.shape[1]) & (label >= 0)
+        keep &= in_vocab[label.clamp(min=0)]                          # scored only if its label is in vocabulary
+        scored.append((keep, label[keep]))
+    counts = torch.stack([k.sum() for k, _ in scored]).float()
     if world > 1:
         dist.all_reduce(counts)
     loss, ces, hits, feats = outs[0].sum() * 0.0, [], [], []  # zero, but part of the graph even if nothing is scored
-    for s, keep in enumerate(scored):
+    for s, (keep, label) in enumerate(scored):
         if not keep.any():
             ces.append(float("nan"))
             hits.append(float("nan"))
             feats += [float("nan")] if feature_weight else []
             continue
-        shifted = torch.zeros_like(keep)
-        shifted[:, s:] = keep[:, : width - s]  # the label of index t at step s sits at t+s
         logp = torch.log_softmax(head.logits(outs[s][keep]).float(), -1)
-        ce = -(p_target[shifted] * logp).sum(-1)
+        ce = -(p_target[label] * logp).sum(-1)
         term = ce
         if feature_weight:
-            feature = F.smooth_l1_loss(outs[s][keep].float(), top[shifted], reduction="none").mean(-1)
+            feature = F.smooth_l1_loss(outs[s][keep].float(), label_top[label], reduction="none").mean(-1)
             term = ce + feature_weight * feature
             feats.append(float(feature.mean().detach()))
         loss = loss + STEP_DECAY ** s * term.sum() / counts[s].clamp(min=1) * world
         ces.append(float(ce.mean().detach()))
-        hits.append(float((logp.argmax(-1) == argmax_draft[shifted]).float().mean()))
+        hits.append(float((logp.argmax(-1) == argmax_draft[label]).float().mean()))
     return loss, ces, hits, feats
 
 
