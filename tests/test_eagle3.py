@@ -290,6 +290,27 @@ def test_ttt_loss_runs_only_the_chains_it_scores(tiny, monkeypatch):
     assert not all(torch.allclose(g, full, rtol=1e-2, atol=1e-6) for g, full in zip(loss_and_grads()[1], grads))
 
 
+def test_the_argmax_memo_gives_what_the_lm_head_gives(tiny, monkeypatch):
+    """`target_argmax` with a memo returns the full LM head's argmax for every sequence, also in
+    batches that mix sequences seen before with new ones, in another order; a batch of seen
+    sequences does not apply the LM head again."""
+    import lab.train.eagle3 as module
+    weight = tiny.lm_head.weight.detach()
+    torch.manual_seed(0)
+    seqs = [torch.randn(n, tiny.config.hidden_size) for n in (5, 3, 4)]
+    direct = [F.linear(x, weight).argmax(-1) for x in seqs]
+    memo: dict = {}
+
+    def memoised(order):
+        return module.target_argmax(torch.cat([seqs[i] for i in order]), [len(seqs[i]) for i in order], weight, memo)
+
+    for order in ([0, 1], [2, 0], [1, 2, 0]):
+        assert torch.equal(memoised(order), torch.cat([direct[i] for i in order]))
+    assert len(memo) == 3
+    monkeypatch.setattr(module.F, "linear", lambda *a: pytest.fail("the LM head was applied again"))
+    assert torch.equal(memoised([2, 1]), torch.cat([direct[2], direct[1]]))
+
+
 def test_the_target_output_init_reads_out_as_the_target_does(tiny):
     """--output-init target: before any training the head's readout of a state is the target's
     own (final norm, then LM head), restricted to the draft vocabulary."""

@@ -4,10 +4,12 @@
    top feature (whose LM head gives the target's distribution, the label) at every position,
    cached in fp16 by `target_features` (about 4.6 KB per position; the size and folder are
    printed, and a short disk fails before the first chunk).
-2. Training-time test: `Eagle3Head.unrolled` runs S draft steps (default 7) over every position
-   at once; step s feeds the head's own output state of step s-1 and is scored against the
-   target's distribution of token t+2+s restricted to the draft vocabulary (renormalised),
-   where that token is a response token and the target's argmax lies inside the vocabulary.
+2. Training-time test: `Eagle3Head.unrolled` runs S draft steps (default 7) at once over every
+   chain that has a scored step (`chain_rows`: the response and the S - 1 positions before it;
+   the rest of the prompt is only attended to); step s feeds the head's own output state of
+   step s-1 and is scored against the target's distribution of token t+2+s restricted to the
+   draft vocabulary (renormalised), where that token is a response token and the target's
+   argmax lies inside the vocabulary (computed once per sequence: `target_argmax`).
    Loss = sum over steps of 0.8^s x the step's mean soft cross-entropy. AdamW (0.9, 0.95),
    gradient clipping 0.5, warm-up then cosine over the budget, checkpoints, `--resume`.
 3. Evaluation on the held-out prompts: top-1 agreement with the target's greedy token at draft
@@ -21,6 +23,7 @@ counts, so N processes take the steps one process would with the same global bat
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -109,8 +112,27 @@ def chain_rows(pad: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tens
     return torch.where(rows < lengths[:, None], rows, -1)
 
 
+def target_argmax(label_top: torch.Tensor, per_row: list[int], target_head: torch.Tensor,
+                  memo: dict | None = None) -> torch.Tensor:
+    """The target's argmax over its full vocabulary at each label position [N], from the top
+    features `label_top` [N, H] (`per_row` of them per sequence). The product with the target's
+    49k-row LM head is the largest single cost of a plain (S = 1) step, and a sequence's argmax
+    never changes, so with `memo` (a dict the training loop keeps) each distinct sequence's is
+    computed once, keyed by its features' bytes: the same features give the same argmax."""
+    if memo is None:
+        return F.linear(label_top, target_head).argmax(-1)
+    parts = label_top.split(per_row)
+    keys = [hashlib.blake2b(p.detach().float().cpu().numpy().tobytes(), digest_size=16).digest() for p in parts]
+    missing = [i for i, key in enumerate(keys) if key not in memo]
+    if missing:
+        found = F.linear(torch.cat([parts[i] for i in missing]), target_head).argmax(-1)
+        memo.update(zip([keys[i] for i in missing], found.split([per_row[i] for i in missing])))
+    return torch.cat([memo[key] for key in keys])
+
+
 def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = STEPS, model=None,
-             world: int = 1, feature_weight: float = 0.0) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
+             world: int = 1, feature_weight: float = 0.0,
+             argmax_memo: dict | None = None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
     """(loss, per-step soft cross-entropy, per-step top-1 agreement with the target's argmax,
     per-step feature smooth-L1: empty unless `feature_weight`). `target_head` is the target's LM
     head weight [V, H]; `model` is what to call (the head or its DistributedDataParallel
@@ -118,14 +140,15 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = ST
     rank's loss is its share of the global mean. `feature_weight` > 0 adds EAGLE-1's feature
     regression back as an ablation: each step's output state is pulled (smooth-L1, that weight
     against the token loss's 1) towards the target's top feature at its label's position, the
-    feature whose LM head gives the distribution the step is scored against."""
+    feature whose LM head gives the distribution the step is scored against. `argmax_memo`:
+    see `target_argmax`."""
     features, tokens, top, pad, start = batch
     with torch.no_grad():  # the target's distributions, at label positions only (the responses)
         labels = step_positions(pad, start, 0)                       # [B, T]
         slot = torch.full(labels.shape, -1, dtype=torch.long, device=pad.device)
         slot[labels] = torch.arange(int(labels.sum()), device=pad.device)  # label position -> its row below
         label_top = top[labels]                                      # [N, H]
-        argmax = F.linear(label_top, target_head).argmax(-1)          # over the full vocabulary
+        argmax = target_argmax(label_top, labels.sum(1).tolist(), target_head, argmax_memo)
         in_vocab = torch.isin(argmax, head.vocab)
         p_target = torch.softmax(F.linear(label_top, target_head[head.vocab]).float(), -1)  # restricted, renormalised
         argmax_draft = torch.searchsorted(head.vocab, argmax).clamp(max=len(head.vocab) - 1)
@@ -322,6 +345,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     hidden = target.config.hidden_size
     target_head = target.lm_head.weight.detach().float()
     head.train()
+    argmax_memo: dict = {}
     stream = batches(lambda: [(sources[s].ids(i), feature_sets[s][i], p)
                               for s, i, p in rng.sample(train, min(batch, len(train)))[rank::world]],
                      lambda items: make_batch(items, hidden, taps), device)
@@ -332,7 +356,8 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
         # a step-based schedule when the step count is fixed, so that runs are reproducible
         set_lr(optim, lr, step, *((step, max_steps) if max_steps else (spent, budget)), warmup=50)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast):
-            loss, ces, hits, feats = ttt_loss(head, next(stream), target_head, steps, model, world, feature_weight)
+            loss, ces, hits, feats = ttt_loss(head, next(stream), target_head, steps, model, world, feature_weight,
+                                              argmax_memo)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.5)
