@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -212,6 +212,15 @@ eagle3-heads: setup
 	$(PY) -m lab train eagle3 --name eagle3-s3 --ttt-steps 3 --minutes 5
 	$(PY) -m lab train eagle3 --name eagle3-v16k --draft-vocab 16384 --minutes 5
 	$(PY) -m lab evaluate eagle3
+
+# The shipped EAGLE-3 head's budget on the EAGLE-1 head's data (issue 10; session 27): the regenerated
+# answers plus all 980k ShareGPT reply tokens (float32 features of layers 2, 15, 27, 30: 6.9 GB in
+# .cache/features, 54 minutes on 2 cores, resumed by chunk), then the curriculum: 45 minutes of
+# plain steps (S = 1), 75 of training-time test (S = 7) from that head. Float32 products, as on a
+# CPU without bfloat16 instructions.
+eagle3-full: setup
+	$(PY) -m lab train eagle3 --name eagle3-full-s1 --ttt-steps 1 --replies 980000 --fp32 --minutes 45
+	$(PY) -m lab train eagle3 --name eagle3-full --init eagle3-full-s1 --replies 980000 --fp32 --minutes 75 --lr 5e-4
 
 # A curriculum for EAGLE-3 (session 15): S = 1 (plain next-token training, many cheap steps)
 # first, then training-time test (S = 7) from that head, on the shipped head's data (regenerated
