@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full time-eagle3-trainer eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -221,6 +221,11 @@ eagle3-heads: setup
 eagle3-full: setup
 	$(PY) -m lab train eagle3 --name eagle3-full-s1 --ttt-steps 1 --replies 980000 --fp32 --minutes 45
 	$(PY) -m lab train eagle3 --name eagle3-full --init eagle3-full-s1 --replies 980000 --fp32 --minutes 75 --lr 5e-4
+
+# Seconds per train-eagle3 step before and after session 27's changes to the trainer (only the
+# chains with a scored step; the target's argmax once per sequence), timed in turns (a few minutes).
+time-eagle3-trainer: setup
+	$(PY) -m lab.train.time_steps --against 2671ca1
 
 # A curriculum for EAGLE-3 (session 15): S = 1 (plain next-token training, many cheap steps)
 # first, then training-time test (S = 7) from that head, on the shipped head's data (regenerated

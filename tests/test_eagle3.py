@@ -530,3 +530,11 @@ def test_the_feature_loss_pulls_each_step_towards_the_top_feature_of_its_label(t
     assert len(manifest["loss_last_20"]["feature_by_step"]) == 2 and len(manifest["loss_last_20"]["top1_by_step"]) == 2
     with pytest.raises(LabError, match="--feature-loss"):
         train_eagle3(target=tiny, data=small_set(), max_steps=1, out=out, progress=False, feature_weight=-1.0)
+
+
+def test_the_trainer_timing_refuses_a_missing_or_unknown_commit_in_one_line():
+    from lab.train.time_steps import main
+    with pytest.raises(LabError, match="--against COMMIT"):
+        main([])
+    with pytest.raises(LabError, match="cannot check out 'no-such-commit'"):
+        main(["--against", "no-such-commit"])
