@@ -50,7 +50,7 @@ def measure(batches: int = 6, batch: int = 8, seed: int = 0) -> dict:
              for _ in range(batches + 1)]
     target_head = target.lm_head.weight.detach().float()
     memo = "argmax_memo" in eagle3.ttt_loss.__code__.co_varnames
-    result = {"code": str(Path(lab.__file__).parent.parent), "argmax_memo": memo}
+    result = {"root": str(Path(lab.__file__).parent.parent), "argmax_memo": memo}
     for steps in CONFIGS:
         head = Eagle3Head(target, eagle3.training_vocabulary([data], eagle3.DRAFT_VOCAB))
         optim = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=1e-4)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             run = subprocess.run([sys.executable, "-P", __file__, "--child"], env=env, capture_output=True, text=True)
             if run.returncode:
                 raise LabError(f"timing {name} failed: {run.stderr.strip().splitlines()[-1]}")
-            rounds.append({"code": name, **json.loads(run.stdout.strip().splitlines()[-1])})
+            rounds.append({**json.loads(run.stdout.strip().splitlines()[-1]), "code": name})
     medians = {}
     for name in codes:
         mine = [r for r in rounds if r["code"] == name]
