@@ -214,7 +214,7 @@ eagle3-heads: setup
 	$(PY) -m lab evaluate eagle3
 
 # The shipped EAGLE-3 head's budget on the EAGLE-1 head's data (issue 10; session 27): the regenerated
-# answers plus all 980k ShareGPT reply tokens (float32 features of layers 2, 15, 27, 30: 6.9 GB in
+# answers plus all 980k ShareGPT reply tokens (float32 features of layers 2, 15, 27, 30: 7.4 GB in
 # .cache/features, 54 minutes on 2 cores, resumed by chunk), then the curriculum: 45 minutes of
 # plain steps (S = 1), 75 of training-time test (S = 7) from that head. Float32 products, as on a
 # CPU without bfloat16 instructions.
