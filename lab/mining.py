@@ -168,10 +168,11 @@ def finish(engine: Engine, item: Checkable, prefix: list[int], eos_id: int | Non
 def judged_item(engine: Engine, draft, rule, item: Checkable, cap: int, draft_len: int, eos_id: int | None
                 ) -> dict:
     """One item's on-policy record, in `mine_item`'s format: `answer` is judge decoding's answer
-    (the draft model `draft` proposing, `rule` the judge) and the mismatches are up to `cap` of the tokens in it that only the judge accepted. Each is
-    tried from the judged answer's own prefix: with the draft token, finished by the target
-    (correct: harmless); if that fails, with the target's token instead (correct: the draft token
-    was harmful; also wrong: the answer was lost before this token, so no label)."""
+    (the draft model `draft` proposing, `rule` the judge) and the mismatches are up to `cap` of
+    the tokens in it that only the judge accepted. Each is tried from the judged answer's own
+    prefix: with the draft token, finished by the target (correct: harmless); if that fails, with
+    the target's token instead (correct: the draft token was harmful; also wrong: the answer was
+    lost before this token, so no label)."""
     target_answer = greedy_answer(engine, item.prompt, item.max_new_tokens, eos_id)
     record = {"problem": item.problem, "source": item.source, "prompt": item.prompt, "answer": [],
               "target_correct": bool(item.check(target_answer)), "mismatches_found": 0, "lost_before": 0,
