@@ -216,11 +216,11 @@ eagle3-heads: setup
 # The shipped EAGLE-3 head's budget on the EAGLE-1 head's data (issue 10; session 27): the regenerated
 # answers plus all 980k ShareGPT reply tokens (float32 features of layers 2, 15, 27, 30: 7.4 GB in
 # .cache/features, 54 minutes on 2 cores, resumed by chunk), then the curriculum: 45 minutes of
-# plain steps (S = 1), 75 of training-time test (S = 7) from that head. Float32 products, as on a
+# plain steps (S = 1), 70 of training-time test (S = 7) from that head. Float32 products, as on a
 # CPU without bfloat16 instructions.
 eagle3-full: setup
 	$(PY) -m lab train eagle3 --name eagle3-full-s1 --ttt-steps 1 --replies 980000 --fp32 --minutes 45
-	$(PY) -m lab train eagle3 --name eagle3-full --init eagle3-full-s1 --replies 980000 --fp32 --minutes 75 --lr 5e-4
+	$(PY) -m lab train eagle3 --name eagle3-full --init eagle3-full-s1 --replies 980000 --fp32 --minutes 70 --lr 5e-4
 
 # Seconds per train-eagle3 step before and after session 27's changes to the trainer (only the
 # chains with a scored step; the target's argmax once per sequence), timed in turns (a few minutes).
