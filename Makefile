@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full time-eagle3-trainer eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum bench-eagle3-full tune-eagle3-full data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full time-eagle3-trainer eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -169,6 +169,20 @@ bench-eagle3: setup
 
 bench-eagle3-curriculum:
 	$(MAKE) bench-eagle3 EAGLE3_HEAD=eagle3-curriculum EAGLE3_RESULTS=bench_eagle3_curriculum
+
+# The head with the EAGLE-1 head's budget and data (make eagle3-full): the bar's fixed tree on
+# MT-Bench and HumanEval, then its own tuned tree (make tune-eagle3-full) against the peers'.
+bench-eagle3-full: EAGLE3_HEAD = eagle3-full
+bench-eagle3-full: setup
+	$(EAGLE3_BENCH) --methods ar,eagle2,eagle3 --eagle-tree 4,6,24 --dataset mt_bench \
+		--json data/results/bench_eagle3_full_tree24.json
+	$(EAGLE3_BENCH) --methods ar,eagle2,eagle3 --dataset humaneval --eagle-tree 4,6,24 \
+		--json data/results/bench_eagle3_full_humaneval.json
+	$(EAGLE3_BENCH) --methods ar,hf-pld,eagle2,eagle3 --dataset mt_bench \
+		--json data/results/bench_eagle3_full.json
+
+tune-eagle3-full: setup
+	$(PY) -m lab tune tree --head eagle3 --name eagle3-full
 
 # Rebuild the shipped artifacts (long jobs: run them with nohup; both resume).
 data: setup
