@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum bench-eagle3-full tune-eagle3-full data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full time-eagle3-trainer eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full time-eagle3-trainer eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -155,9 +155,10 @@ tune-bf16-gpu-head: setup
 	$(PY) -m lab tune tree --head eagle1 --name eagle1-gpu --dtype bfloat16
 
 # The benchmark of the EAGLE-3 issue: each head with its tuned tree, then both with one fixed tree,
-# then HumanEval, then the static tree (tree sizes from `make tune-eagle3`). Another EAGLE-3 head:
+# then HumanEval, then the static tree (tree sizes from `make tune-eagle3`), with the shipped EAGLE-3
+# head (eagle3-full, `make eagle3-full`). Another EAGLE-3 head:
 # `make bench-eagle3 EAGLE3_HEAD=NAME EAGLE3_RESULTS=bench_NAME` (bench-eagle3-curriculum).
-EAGLE3_HEAD ?= eagle3
+EAGLE3_HEAD ?= eagle3-full
 EAGLE3_RESULTS ?= bench_eagle3
 EAGLE3_BENCH = $(PY) -m lab bench --eagle3-head $(EAGLE3_HEAD) --limit 10 --max-new-tokens 128 --temperature 0
 bench-eagle3: setup
@@ -169,20 +170,6 @@ bench-eagle3: setup
 
 bench-eagle3-curriculum:
 	$(MAKE) bench-eagle3 EAGLE3_HEAD=eagle3-curriculum EAGLE3_RESULTS=bench_eagle3_curriculum
-
-# The head with the EAGLE-1 head's budget and data (make eagle3-full): the bar's fixed tree on
-# MT-Bench and HumanEval, then its own tuned tree (make tune-eagle3-full) against the peers'.
-bench-eagle3-full: EAGLE3_HEAD = eagle3-full
-bench-eagle3-full: setup
-	$(EAGLE3_BENCH) --methods ar,eagle2,eagle3 --eagle-tree 4,6,24 --dataset mt_bench \
-		--json data/results/bench_eagle3_full_tree24.json
-	$(EAGLE3_BENCH) --methods ar,eagle2,eagle3 --dataset humaneval --eagle-tree 4,6,24 \
-		--json data/results/bench_eagle3_full_humaneval.json
-	$(EAGLE3_BENCH) --methods ar,hf-pld,eagle2,eagle3 --dataset mt_bench \
-		--json data/results/bench_eagle3_full.json
-
-tune-eagle3-full: setup
-	$(PY) -m lab tune tree --head eagle3 --name eagle3-full
 
 # Rebuild the shipped artifacts (long jobs: run them with nohup; both resume).
 data: setup
@@ -227,9 +214,9 @@ eagle3-heads: setup
 	$(PY) -m lab train eagle3 --name eagle3-v16k --draft-vocab 16384 --minutes 5
 	$(PY) -m lab evaluate eagle3
 
-# The shipped EAGLE-3 head's budget on the EAGLE-1 head's data (issue 10; session 27): the regenerated
+# The shipped EAGLE-3 head: the EAGLE-1 head's budget on the EAGLE-1 head's data (issue 10): the regenerated
 # answers plus all 980k ShareGPT reply tokens (float32 features of layers 2, 15, 27, 30: 7.4 GB in
-# .cache/features, 54 minutes on 2 cores, resumed by chunk), then the curriculum: 45 minutes of
+# .cache/features, about an hour on 2 cores, resumed by chunk), then the curriculum: 45 minutes of
 # plain steps (S = 1), 70 of training-time test (S = 7) from that head. Float32 products, as on a
 # CPU without bfloat16 instructions.
 eagle3-full: setup

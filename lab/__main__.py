@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .errors import LabError
+from .paths import EAGLE3_SHIPPED
 
 ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[34m", "target": ""}
 
@@ -28,8 +29,9 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                         "(an EAGLE-1 head drafts over its tuned vocabulary, an EAGLE-3 head over its own)")
     p.add_argument("--eagle-head", default="eagle1",
                    help="eagle1/eagle2: data/eagle/NAME.safetensors (default eagle1; eagle1-gpu: the GPU-trained one)")
-    p.add_argument("--eagle3-head", default="eagle3",
-                   help="eagle3: data/eagle/NAME.safetensors (default eagle3; eagle3-gpu: the GPU-trained one)")
+    p.add_argument("--eagle3-head", default=EAGLE3_SHIPPED,
+                   help=f"eagle3: data/eagle/NAME.safetensors (default {EAGLE3_SHIPPED}, the EAGLE-1 head's data and "
+                        "budget; eagle3: the earlier one on half the data; eagle3-gpu: the GPU-trained one)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -260,7 +262,7 @@ def _tune(args: argparse.Namespace) -> None:
     from .costmodel import choice_path, choice_row, tune
     from .models import load_target, load_tokenizer
     target = load_target(args.dtype)
-    name = args.name or args.head
+    name = args.name or (EAGLE3_SHIPPED if args.head == "eagle3" else args.head)
     path = choice_path(args.dtype, name)
     if args.head == "eagle3":
         from .eagle3 import load_head
@@ -425,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a trained EAGLE-3 head in the layout serving engines load")
     export.add_argument("what", choices=["eagle3"])
     export.add_argument("--out", required=True, help="folder for config.json and model.safetensors")
-    export.add_argument("--name", default="eagle3", help="data/eagle/NAME.safetensors (default eagle3)")
+    export.add_argument("--name", default=EAGLE3_SHIPPED, help=f"data/eagle/NAME.safetensors (default {EAGLE3_SHIPPED})")
     export.set_defaults(run=_export)
 
     tune = sub.add_parser("tune", help="choose the EAGLE tree size for this machine (cost model)")
@@ -438,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--head", choices=["eagle1", "eagle3"], default="eagle1",
                       help="which shipped head to tune for (each has its own choice file; default eagle1)")
     tune.add_argument("--name", default=None,
-                      help="the head file data/eagle/NAME.safetensors of that kind (default: the kind's name)")
+                      help=f"the head file data/eagle/NAME.safetensors of that kind (default: eagle1, or {EAGLE3_SHIPPED})")
     tune.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                       help="the target's dtype to tune for (each has its own choice file; default float32)")
     tune.set_defaults(run=_tune)

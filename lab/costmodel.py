@@ -50,7 +50,7 @@ from .eagle3 import Eagle3Head
 from .engine import engine_for
 from .errors import LabError
 from .measure import cropped_forwards, forward_latency, latency_table
-from .paths import DATA_DIR, fast_mode
+from .paths import DATA_DIR, EAGLE3_SHIPPED, fast_mode
 from .sampling import RandomStream, Sampling
 from .trees import rerank
 
@@ -413,7 +413,7 @@ def _manifest_of(head, name: str | None = None) -> dict:
     """The manifest of the head file `name` (default: the head kind's shipped file)."""
     if head.variant == "eagle3":
         from .eagle3 import head_manifest as eagle3_manifest
-        return eagle3_manifest(name or "eagle3")
+        return eagle3_manifest(name or EAGLE3_SHIPPED)
     return head_manifest(name or head.variant)
 
 

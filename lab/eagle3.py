@@ -30,7 +30,7 @@ from .artifacts import atomic_write
 from .errors import LabError
 from .exact import fast_linear
 from .models import TARGET_NAME
-from .paths import DATA_DIR
+from .paths import DATA_DIR, EAGLE3_SHIPPED
 
 HEAD_DIR = DATA_DIR / "eagle"
 
@@ -279,7 +279,7 @@ class Eagle3Cache:
 
 # ---- files: the lab's own (fp16, with metadata) and the serving engines' layout ------------
 
-def head_path(name: str = "eagle3") -> Path:
+def head_path(name: str = EAGLE3_SHIPPED) -> Path:
     return HEAD_DIR / f"{name}.safetensors"
 
 
@@ -295,7 +295,7 @@ def save_head(head: Eagle3Head, path: Path) -> None:
     atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=_metadata(head)))
 
 
-def load_head(target, name: str = "eagle3", path: Path | None = None) -> Eagle3Head:
+def load_head(target, name: str = EAGLE3_SHIPPED, path: Path | None = None) -> Eagle3Head:
     """A trained EAGLE-3 head (default: the shipped data/eagle/<name>.safetensors) tied to `target`."""
     path = path or head_path(name)
     if not path.exists():
@@ -312,7 +312,7 @@ def load_head(target, name: str = "eagle3", path: Path | None = None) -> Eagle3H
     return head.eval()
 
 
-def head_manifest(name: str = "eagle3") -> dict:
+def head_manifest(name: str = EAGLE3_SHIPPED) -> dict:
     path = head_path(name).with_suffix(".json")
     if not path.exists():
         raise LabError(f"no manifest at {path}: run `python -m lab train eagle3 --name {name}`")

@@ -29,6 +29,7 @@ from .decode import DecodeResult, decode
 from .drafters import ModelDraft, TreeModelDraft
 from .engine import engine_for
 from .errors import LabError
+from .paths import EAGLE3_SHIPPED
 from .sampling import Sampling
 from .treeview import (
     CycleRecord,
@@ -159,7 +160,7 @@ class DraftTreeInspector(widgets.VBox):
                 from .eagle import rank_accuracy_of
                 from .eagle3 import head_manifest, load_head
                 setup.head3, setup.rank_accuracy3 = load_head(setup.target), rank_accuracy_of(head_manifest())
-            setup.eagle3_tree = given_tree(depth, top_k, total, dtype=dtype, head="eagle3")
+            setup.eagle3_tree = given_tree(depth, top_k, total, dtype=dtype, head=EAGLE3_SHIPPED, kind="eagle3")
         else:
             if setup.head is None:
                 from .eagle import head_manifest, load_head, rank_accuracy_of

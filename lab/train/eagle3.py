@@ -328,7 +328,7 @@ def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: 
     optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     model = head if world == 1 else torch.nn.parallel.DistributedDataParallel(
         head, device_ids=[device] if device.type == "cuda" else None)
-    out = out or head_path()
+    out = out or head_path("eagle3")
     taps = head.taps
     shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": taps,
              "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
