@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full time-eagle3-trainer eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
+.PHONY: setup setup-data setup-browser peers demo test figures exercises lab bench bench-eagle bench-exact bench-exact-bar bench-exact-again bench-llamacpp bench-judge judge-head judge-quality judge-two-drafters judge-logits judge-on-policy judge-on-policy-2 bench-eagle3 bench-eagle3-curriculum data drafts eagle-heads eagle3-heads eagle3-curriculum eagle3-full time-eagle3-trainer eagle3-readout eagle3-feature-loss scaling-heads tune tune-bf16 tune-bf16-gpu-head tune-eagle3 clean-cache gpu-check gpu-heads results
 
 setup: $(STAMP)
 
@@ -94,6 +94,11 @@ bench-exact: setup
 		--json data/results/bench_exact_bf16_t1.json
 	$(PY) -m lab bench --methods ar,eagle1,eagle2 --dataset mt_bench --limit 10 \
 		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16_cpu_head.json
+
+# Issue 14's benchmark bar exactly as the issue writes it (the default, CPU-trained EAGLE-1 head).
+bench-exact-bar: setup
+	$(PY) -m lab bench --methods ar,hf,hf-pld,eagle1,eagle2 --dataset mt_bench --limit 10 \
+		--max-new-tokens 128 --temperature 0 --dtype bfloat16 --json data/results/bench_exact_bf16_bar.json
 
 # The bar's pair (ar against eagle1 and eagle2 with eagle1-gpu, greedy) twice more, each run to its own
 # file: how much one run of the bar moves on this machine.
