@@ -203,11 +203,11 @@ eagle-heads: setup
 results: setup
 	$(PY) -m lab.results
 
-# the shipped EAGLE-3 head in two stages of 60 CPU-minutes (its features: about 20 minutes,
-# 4.6 GB in .cache/features), then notebook 06's equal-budget ablation heads on the
-# regenerated set (5 CPU-minutes each): the four-head ablation, S = 1 and 3 unrolled steps,
-# a 16k draft vocabulary; `evaluate` rescores the shipped head (n-alpha as a conditional
-# frequency, fixed after its training) into its manifest
+# the earlier EAGLE-3 head `eagle3` (0.6M tokens; shipped until eagle3-full replaced it) in two
+# stages of 60 CPU-minutes (its features: about 20 minutes, 4.6 GB in .cache/features), then
+# notebook 06's equal-budget ablation heads on the regenerated set (5 CPU-minutes each): the
+# four-head ablation, S = 1 and 3 unrolled steps, a 16k draft vocabulary; `evaluate` rescores
+# `eagle3` (n-alpha as a conditional frequency, fixed after its training) into its manifest
 eagle3-heads: setup
 	$(PY) -m lab train eagle3 --replies 400000 --reply-feature-dtype bfloat16 --minutes 60
 	$(PY) -m lab train eagle3 --init eagle3 --replies 400000 --reply-feature-dtype bfloat16 --minutes 60 --lr 5e-4
@@ -234,7 +234,7 @@ time-eagle3-trainer: setup
 	$(PY) -m lab.train.time_steps --against 2671ca1
 
 # A curriculum for EAGLE-3 (session 15): S = 1 (plain next-token training, many cheap steps)
-# first, then training-time test (S = 7) from that head, on the shipped head's data (regenerated
+# first, then training-time test (S = 7) from that head, on `eagle3`'s data (regenerated
 # answers plus 400k reply tokens, their features as in eagle3-heads); and the same split of
 # notebook 06's 5 CPU-minutes (3.5 + 1.5) on the regenerated set, beside eagle3-short and eagle3-s1;
 # and the 5 minutes split evenly, as steps at the rates that split ran at (202 S = 1 steps in 3.5
@@ -303,8 +303,10 @@ scaling-heads: setup
 tune: setup
 	$(PY) -m lab tune tree
 
+# The shipped EAGLE-3 head's tree (EAGLE3_HEAD). tree_choice_eagle3.json, the earlier `eagle3`'s,
+# predates eagle3-full as the default: `python -m lab tune tree --head eagle3 --name eagle3` remakes it.
 tune-eagle3: setup
-	$(PY) -m lab tune tree --head eagle3
+	$(PY) -m lab tune tree --head eagle3 --name $(EAGLE3_HEAD)
 
 clean-cache:
 	rm -rf .cache

@@ -381,7 +381,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     drafted = own.cpu() if own is not None else vocab
     coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
-              "head": head_name or head.variant, "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
+              "head": _head_file(head, head_name), "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
@@ -409,12 +409,17 @@ def _walk(row: dict, drafter: EagleDraft, seqs: list[Continuation], costs: tuple
     row["walked_predicted_speedup"] = predicted_speedup({**row, "tau": row["walked_tau"]}, *costs)
 
 
+def _head_file(head, name: str | None = None) -> str:
+    """The head file `name`, or by default the head kind's shipped one."""
+    return name or (EAGLE3_SHIPPED if head.variant == "eagle3" else head.variant)
+
+
 def _manifest_of(head, name: str | None = None) -> dict:
     """The manifest of the head file `name` (default: the head kind's shipped file)."""
     if head.variant == "eagle3":
         from .eagle3 import head_manifest as eagle3_manifest
-        return eagle3_manifest(name or EAGLE3_SHIPPED)
-    return head_manifest(name or head.variant)
+        return eagle3_manifest(_head_file(head, name))
+    return head_manifest(_head_file(head, name))
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -431,7 +436,9 @@ def choice_path(dtype: str = "float32", head: str = "eagle1") -> Path:
 
 def _tune_command(head: str, kind: str | None, dtype: str) -> str:
     kind = kind or head
-    return f"python -m lab tune tree --head {kind}" + (f" --name {head}" if head != kind else "") + f" --dtype {dtype}"
+    # an EAGLE-3 head is always named: the kind's default file is eagle3-full, not eagle3
+    named = head != kind or kind == "eagle3"
+    return f"python -m lab tune tree --head {kind}" + (f" --name {head}" if named else "") + f" --dtype {dtype}"
 
 
 def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "eagle1",

@@ -295,11 +295,16 @@ def save_head(head: Eagle3Head, path: Path) -> None:
     atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=_metadata(head)))
 
 
+def _rebuild(name: str) -> str:
+    """The command that makes the head file `name`: the shipped head takes two stages."""
+    return "make eagle3-full" if name == EAGLE3_SHIPPED else f"python -m lab train eagle3 --name {name}"
+
+
 def load_head(target, name: str = EAGLE3_SHIPPED, path: Path | None = None) -> Eagle3Head:
     """A trained EAGLE-3 head (default: the shipped data/eagle/<name>.safetensors) tied to `target`."""
     path = path or head_path(name)
     if not path.exists():
-        raise LabError(f"no EAGLE-3 head at {path}: run `python -m lab train eagle3 --name {name}`")
+        raise LabError(f"no EAGLE-3 head at {path}: run `{_rebuild(name)}`")
     with safe_open(str(path), "pt") as f:
         meta, state = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
     if "vocab" not in state:
@@ -307,7 +312,7 @@ def load_head(target, name: str = EAGLE3_SHIPPED, path: Path | None = None) -> E
     head = Eagle3Head(target, state["vocab"], meta.get("taps", "fused"))
     if meta != _metadata(head) or set(state) != set(head.own_state()):
         raise LabError(f"{path} was trained for another target or head shape ({meta or 'no metadata'}): "
-                       f"retrain it with `python -m lab train eagle3 --name {name}`")
+                       f"retrain it with `{_rebuild(name)}`")
     head.load_state_dict({k: v if k == "vocab" else v.to(target.dtype) for k, v in state.items()}, strict=False)
     return head.eval()
 
@@ -315,7 +320,7 @@ def load_head(target, name: str = EAGLE3_SHIPPED, path: Path | None = None) -> E
 def head_manifest(name: str = EAGLE3_SHIPPED) -> dict:
     path = head_path(name).with_suffix(".json")
     if not path.exists():
-        raise LabError(f"no manifest at {path}: run `python -m lab train eagle3 --name {name}`")
+        raise LabError(f"no manifest at {path}: run `{_rebuild(name)}`")
     return json.loads(path.read_text())
 
 

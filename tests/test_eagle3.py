@@ -18,6 +18,7 @@ from lab.drafters import EagleDraft, NoDraft
 from lab.eagle3 import Eagle3Head, export_head, feature_layers, import_head, load_head
 from lab.engine import Engine
 from lab.errors import LabError
+from lab.paths import EAGLE3_SHIPPED
 from lab.sampling import RandomStream, Sampling
 from lab.simulate import simulate_tree
 from lab.train.eagle3 import make_batch, train_eagle3, ttt_loss, ttt_attention_mask
@@ -436,7 +437,7 @@ def test_the_tuner_prices_eagle3_trees_over_the_heads_own_vocabulary(tiny, token
     head = random_head(tiny, every=4)
     result = tune(tiny, tokenizer, head, prompts=mt_bench()[:2], max_new_tokens=10, positions=6, prefix=16, path=None,
                   rank_accuracy=[0.3, 0.1], depths=(2,), top_ks=(2,), sizes=(2, 4))
-    assert result["head"] == "eagle3" and result["draft_vocab_size"] == len(head.vocab)
+    assert result["head"] == EAGLE3_SHIPPED and result["draft_vocab_size"] == len(head.vocab)
     assert all(1 <= r["tau"] <= r["total_tokens"] for r in result["dynamic"])
 
 
