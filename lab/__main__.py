@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .errors import LabError
-from .paths import EAGLE3_SHIPPED
+from .paths import EAGLE3_SHIPPED, shipped_head
 
 ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[34m", "target": ""}
 
@@ -262,7 +262,7 @@ def _tune(args: argparse.Namespace) -> None:
     from .costmodel import choice_path, choice_row, tune
     from .models import load_target, load_tokenizer
     target = load_target(args.dtype)
-    name = args.name or (EAGLE3_SHIPPED if args.head == "eagle3" else args.head)
+    name = args.name or shipped_head(args.head)
     path = choice_path(args.dtype, name)
     if args.head == "eagle3":
         from .eagle3 import load_head

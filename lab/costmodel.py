@@ -50,7 +50,7 @@ from .eagle3 import Eagle3Head
 from .engine import engine_for
 from .errors import LabError
 from .measure import cropped_forwards, forward_latency, latency_table
-from .paths import DATA_DIR, EAGLE3_SHIPPED, fast_mode
+from .paths import DATA_DIR, fast_mode, shipped_head
 from .sampling import RandomStream, Sampling
 from .trees import rerank
 
@@ -381,7 +381,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     drafted = own.cpu() if own is not None else vocab
     coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
-              "head": _head_file(head, head_name), "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
+              "head": head_name or shipped_head(head.variant), "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
@@ -409,17 +409,13 @@ def _walk(row: dict, drafter: EagleDraft, seqs: list[Continuation], costs: tuple
     row["walked_predicted_speedup"] = predicted_speedup({**row, "tau": row["walked_tau"]}, *costs)
 
 
-def _head_file(head, name: str | None = None) -> str:
-    """The head file `name`, or by default the head kind's shipped one."""
-    return name or (EAGLE3_SHIPPED if head.variant == "eagle3" else head.variant)
-
-
 def _manifest_of(head, name: str | None = None) -> dict:
     """The manifest of the head file `name` (default: the head kind's shipped file)."""
+    name = name or shipped_head(head.variant)
     if head.variant == "eagle3":
         from .eagle3 import head_manifest as eagle3_manifest
-        return eagle3_manifest(_head_file(head, name))
-    return head_manifest(_head_file(head, name))
+        return eagle3_manifest(name)
+    return head_manifest(name)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -16,6 +16,12 @@ CACHE_DIR = Path(os.environ.get("LAB_CACHE", ROOT / ".cache"))  # big rebuildabl
 EAGLE3_SHIPPED = "eagle3-full"
 
 
+def shipped_head(kind: str) -> str:
+    """The head file (data/eagle/NAME.safetensors) a head kind uses when none is named: an
+    EAGLE-1 kind's own name (eagle1, or notebook 04's variants), eagle3-full for eagle3."""
+    return EAGLE3_SHIPPED if kind == "eagle3" else kind
+
+
 def fast_mode() -> bool:
     """`LAB_FAST=1` shrinks every notebook's and command's sizes so CI can run them all."""
     return os.environ.get("LAB_FAST", "0") not in ("", "0", "false", "False")
