@@ -10,7 +10,7 @@ import torch
 from lab.data import chat_ids, mt_bench
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft, static_shape
-from lab.eagle import EagleHead, load_head
+from lab.eagle import EagleHead, load_head, save_head
 from lab.engine import Engine
 from lab.errors import LabError
 from lab.exact import bf16_support
@@ -206,6 +206,20 @@ def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
         assert torch.equal(head(f, t), copy(f, t))
     with pytest.raises(LabError, match="different target or head shape"):
         load_head(tiny, "no-token", out)  # a file of another variant under this name
+
+
+def test_a_saved_head_loads_back_as_it_was(tiny, tmp_path):
+    """A checkpoint round-trips: every tensor the head owns comes back as saved (fp16 on disk),
+    and the shared embedding and LM head are the target's own."""
+    torch.manual_seed(0)
+    head = EagleHead(tiny).eval()
+    save_head(head, tmp_path / "h.safetensors")
+    back = load_head(tiny, "eagle1", tmp_path / "h.safetensors")
+    saved, loaded = head.own_state(), back.own_state()
+    assert set(saved) == set(loaded)
+    for name, value in saved.items():
+        assert torch.equal(loaded[name], value.half().to(value.dtype)), name
+    assert back.body.lm_head is tiny.lm_head and back.body.model.embed_tokens is tiny.model.embed_tokens
 
 
 def test_head_loss_feature_term_is_zero_for_a_perfect_prediction(tiny):

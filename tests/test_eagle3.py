@@ -21,6 +21,7 @@ from lab.errors import LabError
 from lab.paths import EAGLE3_SHIPPED
 from lab.sampling import RandomStream, Sampling
 from lab.simulate import simulate_tree
+from lab.treeview import CycleRecorder
 from lab.train.eagle3 import make_batch, train_eagle3, ttt_loss, ttt_attention_mask
 from test_eagle import prompts, small_set
 from test_verify import chi2_pvalue
@@ -124,8 +125,11 @@ def test_drafts_stay_inside_the_draft_vocabulary(tiny, tokenizer):
     head = random_head(tiny, every=5)
     drafter = EagleDraft(head, "dynamic", 3, 4, 12)
     allowed = set(head.vocab.tolist())
-    out = decode(Engine(tiny), drafter, prompts(tokenizer, 1)[0], 20, GREEDY, 3, 0, None)
-    assert out.cycles > 0
+    for sampling in (GREEDY, Sampling(1.0)):  # every cycle of a greedy and of a sampled decode
+        recorder = CycleRecorder(sampling)
+        decode(Engine(tiny), drafter, prompts(tokenizer, 1)[0], 20, sampling, 3, 0, None, on_cycle=recorder)
+        drafted = {t for r in recorder.records for t in r.tree.tokens[1:]}
+        assert drafted and drafted <= allowed
     context = prompts(tokenizer, 1)[0]
     drafter.begin(context)
     scored = Engine(tiny).forward(context[:-1], hidden_layers=head.feature_layers, last_only=True)

@@ -18,7 +18,6 @@ from lab.sampling import Sampling
 from lab.trees import DraftTree
 
 pytestmark = pytest.mark.skipif(bf16_support() is not None, reason=f"{bf16_support()}")
-LAYERS = (0, 1)  # hidden states checked besides the logits (plus the top feature)
 
 
 def random_tree(n: int, vocab: int, g: torch.Generator) -> DraftTree:
@@ -27,33 +26,46 @@ def random_tree(n: int, vocab: int, g: torch.Generator) -> DraftTree:
     return DraftTree(torch.randint(0, vocab, (n,), generator=g).tolist(), parents)
 
 
-def one_at_a_time(engine, prefix: list[int], path: list[int], layers: tuple[int, ...]):
-    """Logits and hidden states of the last token of `path`, scored AR after `prefix`."""
+def one_at_a_time(engine, prefix: list[int], tree: DraftTree, layers: tuple[int, ...]) -> list:
+    """Every node of `tree` scored AR after `prefix`: (logits, {layer: hidden}) per node. The
+    nodes go in depth-first order, so cropping the cache to a node's depth leaves exactly its
+    ancestors there, as if its path had been scored alone, one token per forward."""
     engine.reset()
     engine.forward(prefix)
-    for token in path:
-        scored = engine.forward([token], hidden_layers=layers)
-    return scored.logits[0], {i: h[0] for i, h in scored.hidden.items()}
+    children = [[] for _ in tree.tokens]
+    for node, parent in enumerate(tree.parents[1:], 1):
+        children[parent].append(node)
+    depths, out, stack = tree.depths(), [None] * len(tree), [0]
+    while stack:
+        node = stack.pop()
+        engine.crop(len(prefix) + depths[node])
+        scored = engine.forward([tree.tokens[node]], hidden_layers=layers)
+        out[node] = (scored.logits[0], {i: h[0] for i, h in scored.hidden.items()})
+        stack += children[node][::-1]
+    return out
 
 
 def check_trees(model, trials: int, max_nodes: int, max_prefix: int, seed: int, make=engine_for) -> list[str]:
-    """Score random trees after random prefixes in one forward; compare sampled nodes with the
-    AR scoring of their paths. Returns what differed (empty: bit-identical everywhere)."""
+    """Score random trees after random prefixes in one forward (the first trial a chain of
+    `max_nodes` with no mask, the second a tree of `max_nodes`, the rest of random sizes) and
+    compare every node's logits and every layer's hidden state with the AR scoring of its path.
+    Returns what differed (empty: bit-identical everywhere)."""
     g = torch.Generator().manual_seed(seed)
-    vocab, top = model.config.vocab_size, model.config.num_hidden_layers
-    layers = LAYERS + (top,)
+    vocab, layers = model.config.vocab_size, tuple(range(model.config.num_hidden_layers + 1))
     batched, alone = make(model), make(model)
     differences = []
     for trial in range(trials):
         prefix = torch.randint(0, vocab, (int(torch.randint(1, max_prefix, (1,), generator=g)),), generator=g).tolist()
-        tree = random_tree(int(torch.randint(2, max_nodes + 1, (1,), generator=g)), vocab, g)
+        size = max_nodes if trial < 2 else int(torch.randint(2, max_nodes + 1, (1,), generator=g))
+        tree = random_tree(size, vocab, g)
+        if trial == 0:
+            tree.parents = list(range(-1, size - 1))
         batched.reset()
         batched.forward(prefix[:-1])
         tree.tokens[0] = prefix[-1]
-        scored = batched.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(prefix) - 1),
-                                 hidden_layers=layers)
-        for node in torch.randperm(len(tree), generator=g)[:6].tolist():
-            logits, hidden = one_at_a_time(alone, prefix[:-1], [tree.tokens[i] for i in tree.path_to(node)], layers)
+        mask, positions = (None, None) if trial == 0 else (tree.ancestor_mask(), tree.positions(len(prefix) - 1))
+        scored = batched.forward(tree.tokens, mask=mask, positions=positions, hidden_layers=layers)
+        for node, (logits, hidden) in enumerate(one_at_a_time(alone, prefix[:-1], tree, layers)):
             if not torch.equal(logits, scored.logits[node]):
                 differences.append(f"trial {trial}: logits of node {node} of {len(tree)}")
             differences += [f"trial {trial}: layer {i} of node {node}" for i in layers
@@ -74,6 +86,49 @@ def test_the_exact_engine_scores_real_trees_as_ar(target_bf16):
 def test_transformers_bfloat16_fails_the_same_check(target_bf16):
     """The broken variant: transformers' bfloat16 forward, checked the same way, differs."""
     assert check_trees(target_bf16, trials=4, max_nodes=64, max_prefix=200, seed=1, make=Engine) != []
+
+
+def _logit_gap(engine_logits: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
+    """Mean absolute logit difference, and the share of positions whose argmax agrees."""
+    return (float((engine_logits - reference).abs().mean()),
+            float((engine_logits.argmax(-1) == reference.argmax(-1)).float().mean()))
+
+
+@pytest.mark.slow
+def test_the_exact_engine_computes_the_same_model_as_transformers(target_bf16, tokenizer):
+    """Batch invariance alone would not catch a wrong forward that is wrong the same way for every
+    row. Against transformers' float32 forward over the same (bfloat16) weights, the engine's
+    logits on an MT-Bench prompt differ only by bfloat16 rounding (here a mean of about 0.07 on
+    logits up to about 40, every argmax the same); with RoPE's frequencies doubled they do not."""
+    from transformers import LlamaForCausalLM
+    from lab.data import chat_ids, mt_bench
+    from lab.exact import PackedLlama
+    ids = chat_ids(tokenizer, mt_bench()[0].text)[:60]
+    float32 = LlamaForCausalLM(target_bf16.config).float().eval()
+    float32.load_state_dict({k: v.float() for k, v in target_bf16.state_dict().items()})
+    with torch.inference_mode():
+        reference = float32(torch.tensor([ids])).logits[0]
+    mean, agree = _logit_gap(ExactEngine(target_bf16).forward(ids).logits, reference)
+    assert mean < 0.15 and agree >= 0.95, (mean, agree)
+    packed = PackedLlama.of(target_bf16)
+    right = packed.inv_freq
+    packed.inv_freq = right * 2  # the broken variant: a wrong RoPE, batch-invariant all the same
+    try:
+        mean, agree = _logit_gap(ExactEngine(target_bf16).forward(ids).logits, reference)
+    finally:
+        packed.inv_freq = right
+    assert mean > 1.0 and agree < 0.9, (mean, agree)
+
+
+def test_shapes_the_packed_path_does_not_support_get_one_line():
+    """A model with biases in its linears, or another RoPE, is refused with the fallback named."""
+    from transformers import LlamaForCausalLM
+    config = tiny_target(0).config.to_dict()
+    for change in ({"attention_bias": True}, {"mlp_bias": True}):
+        model = LlamaForCausalLM(type(tiny_target(0).config).from_dict({**config, **change})).to(torch.bfloat16)
+        with pytest.raises(LabError, match="--dtype float32") as error:
+            ExactEngine(model)
+        assert "\n" not in str(error.value)
 
 
 def test_compaction_then_more_tokens_equals_ar():

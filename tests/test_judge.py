@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lab.decode import decode
-from lab.drafters import ReferenceDraft
+from lab.drafters import NoDraft, ReferenceDraft
 from lab.engine import Engine
 from lab.errors import LabError
 from lab.judge import JudgeRule, Probe, TopKRule, code_mutations, label_tokens, load_judge, number_mutations
@@ -18,11 +18,14 @@ GREEDY = Sampling()
 
 
 def test_planted_error_labels_mark_the_mutation_site(tokenizer):
-    code = "    return [x for x in numbers if x > threshold]\n"
-    for mutation in code_mutations(code):
-        labelled = label_tokens(tokenizer, [1, 2, 3], code, mutation, "p")
+    code = "    return [x for x in numbers if x > threshold]\n    count = len(numbers) - 1\n"
+    prose = "She had 12 apples, ate 3 of them and kept 9."
+    checked = 0
+    for original, mutation in [(code, m) for m in code_mutations(code)] + [(prose, m) for m in number_mutations(prose)]:
+        labelled = label_tokens(tokenizer, [1, 2, 3], original, mutation, "p")
         if labelled is None:
             continue
+        checked += 1
         negative = labelled.site_token - labelled.answer_start
         assert labelled.labels[:negative] == [1] * negative and labelled.labels[negative] == 0
         assert set(labelled.labels[negative + 1:]) <= {-1}
@@ -30,8 +33,9 @@ def test_planted_error_labels_mark_the_mutation_site(tokenizer):
         tokens = labelled.ids[labelled.answer_start:]
         before = len(tokenizer.decode(tokens[:negative]))
         upto = len(tokenizer.decode(tokens[: negative + 1]))
-        first_change = next(i for i, (a, b) in enumerate(zip(code, mutation.text)) if a != b)
+        first_change = next(i for i, (a, b) in enumerate(zip(original, mutation.text)) if a != b)
         assert before <= first_change < upto, (mutation, before, first_change, upto)
+    assert checked >= 8  # not vacuous: most mutations change a token of their own
 
 
 def test_mutations_of_each_kind_are_planted():
@@ -67,8 +71,9 @@ def test_tasks_are_reproducible_and_their_checks_accept_the_answer():
     assert [t.question for t in a] == [t.question for t in b]
     assert all(t.check(t.answer) and t.check(f"The answer is {t.answer}.") for t in a)
     assert not any(t.check("nothing here") for t in a)
-    with pytest.raises(LabError, match="unknown task"):
+    with pytest.raises(LabError, match="unknown task") as unknown:
         make_tasks(["telepathy"])
+    assert "\n" not in str(unknown.value)
     with pytest.raises(LabError, match="unknown task split"):
         make_tasks(split="test")
 
@@ -98,11 +103,16 @@ def _probe(hidden: int, layer: int, bias: float) -> Probe:
 
 def test_a_judge_above_every_score_gives_standard_speculative_decoding(tiny, tokenizer):
     prompt = tokenizer("A judge that never fires", add_special_tokens=False).input_ids
-    reference = list(range(100, 140))  # drafts the target would not write
-    standard = decode(Engine(tiny), ReferenceDraft(len(prompt), reference), prompt, 12, GREEDY, 5, 0, None)
+    own = decode(Engine(tiny), NoDraft(), prompt, 24, GREEDY, 0, 0, None).tokens
+    # the target's own tokens with every third one wrong: standard verification accepts some
+    # drafts and rejects others, so the judge must leave both kinds of cycle as they were
+    mixed = [t + 1 if i % 3 == 2 else t for i, t in enumerate(own)]
+    standard = decode(Engine(tiny), ReferenceDraft(len(prompt), mixed), prompt, 12, GREEDY, 5, 0, None)
+    assert 0 < sum(standard.accepted_per_cycle) < len(standard.tokens)
     never = JudgeRule(_probe(tiny.config.hidden_size, 2, bias=0.0), delta=1.0)  # P(correct) = 0.5 < 1
-    judged = decode(Engine(tiny), ReferenceDraft(len(prompt), reference), prompt, 12, GREEDY, 5, 0, None, rule=never)
-    assert judged.tokens == standard.tokens and judged.cycles == standard.cycles
+    judged = decode(Engine(tiny), ReferenceDraft(len(prompt), mixed), prompt, 12, GREEDY, 5, 0, None, rule=never)
+    assert judged.tokens == standard.tokens and judged.accepted_per_cycle == standard.accepted_per_cycle
+    reference = list(range(100, 140))  # drafts the target would not write
     always = JudgeRule(_probe(tiny.config.hidden_size, 2, bias=0.0), delta=0.1)
     accepted = decode(Engine(tiny), ReferenceDraft(len(prompt), reference), prompt, 12, GREEDY, 5, 0, None, rule=always)
     assert accepted.tokens[:5] == reference[:5]  # the judge let the reference through
@@ -121,11 +131,12 @@ def test_lossy_rules_refuse_sampling_and_bad_heads(tiny, tmp_path):
         decode(Engine(tiny), ReferenceDraft(1, [5]), [1, 2], 4, Sampling(1.0), 2, 0, None, rule=TopKRule(2))
     with pytest.raises(LabError, match="at least 1"):
         TopKRule(0)
-    with pytest.raises(LabError, match="no judge head"):
+    with pytest.raises(LabError, match="no judge head") as missing:
         load_judge(tiny, tmp_path / "missing.json")
     (tmp_path / "other.json").write_text('{"target": "another-model", "weight": [0.0], "layer": 1}')
-    with pytest.raises(LabError, match="another target"):
+    with pytest.raises(LabError, match="another target") as other:
         load_judge(tiny, tmp_path / "other.json")
+    assert "\n" not in str(missing.value) + str(other.value)  # one line each
 
 
 def test_training_a_judge_refuses_unknown_drafters_and_missing_judges_before_any_work():
