@@ -46,6 +46,25 @@ def test_the_reference_solutions_pass(tiny):
     check_ancestor_mask(REFERENCE["ancestor_mask"])
 
 
+def test_an_exercise_copy_with_the_solution_pasted_back_passes_its_own_check_cells(tiny):
+    """What a student does: in the copy, replace the stub with the answer (here the notebook's
+    own solution) and run the check cell after it, as written in the copy. The names the check
+    cells use from earlier cells are given: FAST, and the target (the tiny one)."""
+    checked = 0
+    for path in sorted(EXERCISES_DIR.glob("*.ipynb")):
+        copy = nbformat.read(path, as_version=4)
+        original = nbformat.read(NOTEBOOKS_DIR / path.name, as_version=4)
+        for i, cell in enumerate(copy.cells):
+            if "exercise" not in cell.metadata.get("tags", []):
+                continue
+            assert "solution" in original.cells[i].metadata.get("tags", [])
+            namespace = {"torch": torch, "FAST": True, "target": tiny}
+            exec(original.cells[i].source, namespace)  # the pasted answer (cells keep their order)
+            exec(copy.cells[i + 1].source, namespace)  # the copy's check cell raises if it is wrong
+            checked += 1
+    assert checked >= 3
+
+
 def test_resampling_from_p_after_a_rejection_fails_the_chain_check():
     def from_p(draft, q, p, uniforms, noise):
         for i, x in enumerate(draft):
