@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from lab.kernels import tree_attention as attention
 from lab.kernels.tree_attention import ancestor_bits, tree_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,7 +53,13 @@ def test_tree_attention_matches_dense_mask(n, prefix, heads, kv_heads, d, seed):
     assert (out - dense_reference(q, k, v, parents)).abs().max() < TOLERANCE
 
 
-def test_bad_shapes_are_rejected():
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Bad input must be refused before any launch: a launch now fails with a TypeError."""
+    monkeypatch.setattr(attention, "_tree_attention_kernel", None)
+
+
+def test_bad_shapes_are_rejected(no_launch):
     q, k = torch.randn(9, 4, 64), torch.randn(3, 10, 64)
     with pytest.raises(ValueError, match="multiple of KV heads"):
         tree_attention(torch.randn(8, 4, 64), k, k.clone(), ancestor_bits([-1, 0, 0, 1]))
@@ -60,3 +67,14 @@ def test_bad_shapes_are_rejected():
         tree_attention(q, k, k.clone(), ancestor_bits([-1, 0]))
     with pytest.raises(ValueError, match="dtype"):
         tree_attention(q.double(), k, k.clone(), ancestor_bits([-1, 0, 0, 1]))
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v", "bits"])
+def test_non_contiguous_inputs_are_rejected(name, no_launch):
+    g = torch.Generator().manual_seed(0)
+    inputs = {"q": torch.randn(9, 4, 64, generator=g), "k": torch.randn(3, 10, 64, generator=g),
+              "v": torch.randn(3, 10, 64, generator=g), "bits": ancestor_bits([-1, 0, 0, 1])}
+    inputs[name] = torch.stack([inputs[name]] * 2, -1)[..., 0]  # same values, every other element
+    assert not inputs[name].is_contiguous()
+    with pytest.raises(ValueError, match=f"{name} must be contiguous"):
+        tree_attention(**inputs)

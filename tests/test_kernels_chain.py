@@ -4,7 +4,7 @@ interpreter (see conftest.py); on a GPU, compiled."""
 import pytest
 import torch
 
-from lab.kernels import verify_chain_batched, verify_chain_greedy_batched
+from lab.kernels import chain, verify_chain_batched, verify_chain_greedy_batched
 from lab.sampling import RandomStream
 from lab.verify import verify_chain, verify_chain_greedy
 
@@ -25,6 +25,18 @@ def reference(draft, q, p, u, noise):
     rows = [verify_chain(draft[i].tolist(), None if q is None else q[i], p[i], u[i], noise[i])
             for i in range(draft.shape[0])]
     return [r.n_accepted for r in rows], [r.tokens for r in rows]
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Bad input must be refused before any launch: a launch now fails with a TypeError."""
+    for name in ("_chain_kernel", "_chain_greedy_kernel"):
+        monkeypatch.setattr(chain, name, None)
+
+
+def transposed(t):
+    """The same values, laid out non-contiguously."""
+    return t.transpose(0, 1).contiguous().transpose(0, 1)
 
 
 def run_kernel(draft, q, p, u, noise, block_v=None):
@@ -81,7 +93,7 @@ def test_greedy_kernel_matches_reference(b, k, v, seed):
         assert int(n[i]) == ref.n_accepted and tokens[i, : ref.n_accepted + 1].cpu().tolist() == ref.tokens
 
 
-def test_bad_input_is_rejected_before_launch():
+def test_bad_input_is_rejected_before_launch(no_launch):
     draft, q, p, u, noise = random_case(2, 2, 50, 0)
     with pytest.raises(ValueError, match="shapes disagree"):
         verify_chain_batched(draft, q, p[:, :2].contiguous(), u, noise)
@@ -93,6 +105,34 @@ def test_bad_input_is_rejected_before_launch():
         verify_chain_batched(draft + 100, q, p, u, noise)
     with pytest.raises(ValueError, match="q must have shape"):
         verify_chain_batched(draft, q[:, :1].contiguous(), p, u, noise)
+
+
+def greedy_case():
+    logits = torch.randn(2, 3, 50, generator=torch.Generator().manual_seed(0))
+    return logits.argmax(-1)[:, :2].contiguous(), logits
+
+
+@pytest.mark.parametrize("spoil,message", [
+    pytest.param(lambda d, l: (d, l[:, :2].contiguous()), "logits must have shape", id="mismatched-shapes"),
+    pytest.param(lambda d, l: (d, l.double()), "logits must have dtype", id="float64-logits"),
+    pytest.param(lambda d, l: (d.float(), l), "draft must have dtype", id="float-draft"),
+    pytest.param(lambda d, l: (d, transposed(l)), "logits must be contiguous", id="non-contiguous-logits"),
+    pytest.param(lambda d, l: (transposed(d), l), "draft must be contiguous", id="non-contiguous-draft"),
+    pytest.param(lambda d, l: (d + 50, l), r"\[0, 50\)", id="token-too-large"),
+    pytest.param(lambda d, l: (d - 50, l), r"\[0, 50\)", id="negative-token"),
+])
+def test_greedy_kernel_rejects_bad_input_before_launch(spoil, message, no_launch):
+    draft, logits = spoil(*greedy_case())
+    with pytest.raises(ValueError, match=message):
+        verify_chain_greedy_batched(draft, logits)
+
+
+def test_chain_kernels_reject_an_empty_vocabulary(no_launch):
+    draft = torch.zeros(1, 0, dtype=torch.long)  # K = 0: no draft token that could be out of range
+    with pytest.raises(ValueError, match="vocabulary is empty"):
+        verify_chain_batched(draft, None, torch.zeros(1, 1, 0), torch.zeros(1, 0), torch.zeros(1, 0))
+    with pytest.raises(ValueError, match="vocabulary is empty"):
+        verify_chain_greedy_batched(draft, torch.zeros(1, 1, 0))
 
 
 def test_kernels_package_does_not_import_transformers():

@@ -108,6 +108,8 @@ def _check_tree(tokens: torch.Tensor, parents: torch.Tensor, rows: torch.Tensor,
     _check("parents", parents, 2, (torch.int64, torch.int32))
     _check(name, rows, 3, torch.float32)
     b, n = tokens.shape
+    if n < 1:  # the kernels write the root's entry unconditionally
+        raise ValueError("a tree needs its root: tokens and parents must have at least one node (N >= 1)")
     if parents.shape != (b, n) or rows.shape[:2] != (b, n):
         raise ValueError(f"tree shapes disagree: tokens {tuple(tokens.shape)}, parents {tuple(parents.shape)}, "
                          f"{name} {tuple(rows.shape)} (need [B, N] and [B, N, V])")
