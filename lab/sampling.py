@@ -6,7 +6,7 @@ speculative sampling silently lossy.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -20,9 +20,6 @@ class Sampling:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def probabilities(logits: torch.Tensor, s: Sampling) -> torch.Tensor:

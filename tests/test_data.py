@@ -27,8 +27,9 @@ def test_humaneval_has_164_problems():
 def test_unknown_dataset_and_missing_wheel_say_what_to_do():
     with pytest.raises(LabError, match="choose one of"):
         load_prompts("alpaca")
-    with pytest.raises(LabError, match="make setup"):
+    with pytest.raises(LabError, match="make setup") as missing:
         wheel_file("no_such_wheel_pkg", "x.json")
+    assert "\n" not in str(missing.value)  # one line
 
 
 def test_prompts_file(tmp_path):
