@@ -76,6 +76,20 @@ class Quality:
     def tokens_per_forward(self) -> float:
         return self.new_tokens / max(self.forwards, 1)
 
+    @property
+    def questions(self) -> int:
+        return sum(len(v) for v in self.correct.values())
+
+    @property
+    def tokens_per_answer(self) -> float:
+        return self.new_tokens / max(self.questions, 1)
+
+    @property
+    def forwards_per_answer(self) -> float:
+        """Target forwards per answer (prefill excluded), what a user waits for. Tokens per forward
+        alone rewards a rule that makes answers longer: its extra tokens come cheap."""
+        return self.forwards / max(self.questions, 1)
+
 
 def question_and_check(item: Task | dict) -> tuple[str, str, Callable[[str], bool]]:
     """A checkable item's kind, the question the target is asked, and the check of an answer's
@@ -298,17 +312,18 @@ def recorded_qualities(result: dict) -> dict[str, Quality]:
 
 
 def format_quality(runs: dict[str, Quality]) -> str:
-    """A markdown table: tokens per target forward (also as a multiple of standard SD's), the
-    share of all questions answered right (and its distance from the target's, in points), and
-    the accuracy by kind."""
+    """A markdown table: tokens per target forward (also as a multiple of standard SD's), tokens
+    and target forwards per answer, the share of all questions answered right (and its distance
+    from the target's, in points), and the accuracy by kind."""
     kinds = sorted(next(iter(runs.values())).correct)
     target, sd = runs.get("target only"), runs.get("standard SD")
-    lines = ["| run | tok/fwd | x SD | accuracy | vs target (points) | " + " | ".join(kinds) + " |",
-             "|---|---|---|---|---|" + "---|" * len(kinds)]
+    lines = ["| run | tok/fwd | x SD | tok/answer | fwd/answer | accuracy | vs target (points) | "
+             + " | ".join(kinds) + " |", "|---|---|---|---|---|---|---|" + "---|" * len(kinds)]
     for name, q in runs.items():
         ratio = f"{q.tokens_per_forward / sd.tokens_per_forward:.2f}x" if sd else "-"
         points = f"{100 * (q.mean_accuracy - target.mean_accuracy):+.1f}" if target else "-"
-        lines.append(f"| {name} | {q.tokens_per_forward:.2f} | {ratio} | {q.mean_accuracy:.3f} | {points} | "
+        lines.append(f"| {name} | {q.tokens_per_forward:.2f} | {ratio} | {q.tokens_per_answer:.1f} | "
+                     f"{q.forwards_per_answer:.1f} | {q.mean_accuracy:.3f} | {points} | "
                      + " | ".join(f"{q.accuracy[k]:.2f}" for k in kinds) + " |")
     return "\n".join(lines)
 
@@ -328,7 +343,9 @@ def judge_runs(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE) -> list[str
 def judge_bar(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE, points: float = 5.0) -> str:
     """Judge Decoding's bar read off a sweep, in one sentence: the judge's run with the most tokens
     per forward whose accuracy stays within `points` of the target's, as a multiple of standard
-    SD's tokens per forward, and the Top-K run nearest to it in tokens per forward."""
+    SD's tokens per forward, the Top-K run nearest to it in tokens per forward, and what one
+    answer costs that run and standard SD in target forwards (a rule that lengthens answers
+    raises its tokens per forward without saving forwards)."""
     if "target only" not in runs or "standard SD" not in runs:
         return "the sweep has not yet run the target alone and standard SD, which the bar is measured against"
     target, sd = runs["target only"].mean_accuracy, runs["standard SD"].tokens_per_forward
@@ -338,7 +355,10 @@ def judge_bar(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE, points: floa
     best = max(within, key=lambda n: runs[n].tokens_per_forward)
     tpf = runs[best].tokens_per_forward
     nearest = min((n for n in runs if n.startswith("top-")), key=lambda n: abs(runs[n].tokens_per_forward - tpf))
+    standard = runs["standard SD"]
     return (f"most tokens per forward within {points:g} points of the target: {best}, {tpf / sd:.2f}x standard SD's "
             f"({100 * (runs[best].mean_accuracy - target):+.1f} points); the nearest Top-K in tokens per forward, "
             f"{nearest} at {runs[nearest].tokens_per_forward / sd:.2f}x, is "
-            f"{100 * (runs[nearest].mean_accuracy - target):+.1f} points")
+            f"{100 * (runs[nearest].mean_accuracy - target):+.1f} points; per answer it takes "
+            f"{runs[best].forwards_per_answer:.1f} target forwards ({runs[best].tokens_per_answer:.1f} tokens) against "
+            f"standard SD's {standard.forwards_per_answer:.1f} ({standard.tokens_per_answer:.1f})")

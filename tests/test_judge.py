@@ -320,6 +320,23 @@ def test_on_policy_mining_labels_the_tokens_only_the_judge_let_through(tiny, oth
     assert plain == greedy_answer(Engine(tiny), item.prompt, 12, None) and none == []
 
 
+def test_the_judge_bar_reads_tokens_per_forward_and_what_an_answer_costs():
+    """The bar's sentence: the judge's best run within 5 points, as a multiple of standard SD's
+    tokens per forward, and beside it the target forwards and tokens per answer, which show a
+    rule that makes answers longer (here 20 tokens against 13.5)."""
+    from lab.quality import Quality, judge_bar
+    seven = {"addition": [True] * 7 + [False] * 3}  # 10 questions, 7 right
+    runs = {"target only": Quality(seven, 135, 135, 0.0), "standard SD": Quality(seven, 135, 104, 0.0),
+            "top-2": Quality({"addition": [True] * 5 + [False] * 5}, 160, 90, 0.0),
+            "judge 0.5": Quality({"addition": [True] * 5 + [False] * 5}, 220, 100, 0.0),
+            "judge 0.9": Quality(seven, 200, 113, 0.0)}
+    assert runs["judge 0.9"].forwards_per_answer == 11.3 and runs["judge 0.9"].tokens_per_answer == 20.0
+    text = judge_bar(runs)
+    assert "within 5 points of the target: judge 0.9, 1.36x standard SD's (+0.0 points)" in text
+    assert "top-2 at 1.37x, is -20.0 points" in text
+    assert text.endswith("per answer it takes 11.3 target forwards (20.0 tokens) against standard SD's 10.4 (13.5)")
+
+
 def test_lost_questions_are_those_the_target_gets_right_and_a_run_gets_wrong(tiny, tokenizer):
     from lab.models import tiny_target
     from lab.quality import Quality, judge_only_tokens, lost_questions
@@ -486,7 +503,7 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     assert quality.recorded_qualities(json.loads(path.read_text())) == runs
     assert quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1] == runs
     assert len(decoded) == len(names)  # a complete file decodes nothing
-    assert quality.format_quality(runs).splitlines()[2] == "| target only | 1.43 | 0.33x | 0.000 | +0.0 | 0.00 |"
+    assert quality.format_quality(runs).splitlines()[2] == "| target only | 1.43 | 0.33x | 1.7 | 1.2 | 0.000 | +0.0 | 0.00 |"
     sha = quality.file_sha  # a retrained judge: other bytes, the same threshold
     monkeypatch.setattr(quality, "file_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
     again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]
