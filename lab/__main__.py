@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from .errors import LabError
 from .paths import EAGLE3_SHIPPED, shipped_head
@@ -307,9 +308,17 @@ def _quality(args: argparse.Namespace) -> None:
     print(f"{len(tasks)} evaluation questions:\n{format_quality(runs)}")
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """argparse whose errors are one line, like every other error of the lab (the usage block
+    stays in --help). Subcommands' parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line (`lab.endtoend` parses its arguments with it too)."""
-    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
+    parser = _OneLineErrors(prog="python -m lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="compare decoding methods on a dataset; prints a table")

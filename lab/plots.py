@@ -71,28 +71,30 @@ QUALITY_AXES = {"tokens_per_forward": "new tokens per target forward",
                 "forwards_per_answer": "target forwards per answer (prefill excluded)"}
 
 
-def plot_quality(runs: dict, everything: dict, heads: list[str], x: str = "tokens_per_forward", title: str = "",
+def plot_quality(runs: dict, heads: list[str], x: str = "tokens_per_forward", title: str = "",
                  path: str | Path | None = None):
     """Notebook 07's quality against speed: the share of answers checked correct against `x`, a
-    `lab.quality.Quality` measure named in QUALITY_AXES, for Top-K, each judge head's threshold
-    sweep, the EAGLE-1 chain and, as single points, the target alone, standard SD and the draft
-    alone. `runs`: the shipped judge head's sweep; `everything`: every head's runs."""
+    `lab.quality.Quality` measure named in QUALITY_AXES, for Top-K, each of `heads`' threshold
+    sweeps, the EAGLE-1 chain (standard and with the shipped judge head) and, as single points, the target alone, standard SD and (against
+    tokens per forward only: it makes no target forwards) the draft alone. `runs`: a sweep's runs
+    of every judge head (`lab.quality.recorded_qualities`)."""
     from .quality import DEFAULT_JUDGE, judge_runs
 
-    def at(names: list[str], source: dict) -> tuple[list[float], list[float]]:
-        return [getattr(source[n], x) for n in names], [source[n].mean_accuracy for n in names]
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    def points(names: list[str]) -> tuple[list[float], list[float]]:
+        return [getattr(runs[n], x) for n in names], [runs[n].mean_accuracy for n in names]
+    fig, ax = plt.subplots(figsize=(9.5, 4))
     topk = [n for n in runs if n.startswith("top-")]
-    ax.plot(*at(topk, runs), "s--", label="Top-K (K = " + ", ".join(n[4:] for n in topk) + ")")
+    ax.plot(*points(topk), "s--", label="Top-K (K = " + ", ".join(n[4:] for n in topk) + ")")
     for head, marker in zip(heads, ("o-", "v-.", "P-.", "X-", "d-")):
-        ax.plot(*at(judge_runs(everything, head), everything), marker,
+        ax.plot(*points(judge_runs(runs, head)), marker,
                 label="judge, swept over delta" + ("" if head == DEFAULT_JUDGE else f" (head {head})"))
-    eagle = [n for n in runs if n.startswith("eagle ")]
-    ax.plot(*at(eagle, runs), "^:", label="EAGLE-1 chain: " + ", ".join(n[6:] for n in eagle))
-    for name, marker in (("target only", "k*"), ("standard SD", "kD"), ("draft only", "rx")):
-        ax.plot(*at([name], runs), marker, label=name)
+    eagle = [n for n in runs if n.startswith("eagle ") and "(" not in n]  # with the shipped judge head
+    ax.plot(*points(eagle), "^:", label="EAGLE-1 chain: " + ", ".join(n[6:] for n in eagle))
+    singles = [("target only", "k*"), ("standard SD", "kD")] + [("draft only", "rx")] * (x == "tokens_per_forward")
+    for name, marker in singles:
+        ax.plot(*points([name]), marker, label=name)
     ax.set(xlabel=QUALITY_AXES[x], ylabel="share of answers checked correct", title=title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # outside: the points fill the axes
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=120)

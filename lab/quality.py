@@ -60,7 +60,8 @@ def humaneval_program(problem: dict, answer: str) -> str:
 class Quality:
     correct: dict[str, list[bool]]   # kind -> one verdict per question
     new_tokens: int
-    forwards: int                    # verification forwards of the target (prefill excluded)
+    forwards: int                    # verification forwards of the target, prefill excluded
+                                     # (the draft's own forwards for `draft only`, which has none)
     seconds: float
 
     @property
@@ -70,25 +71,25 @@ class Quality:
     @property
     def mean_accuracy(self) -> float:
         """The share of all questions answered right (every question weighs the same)."""
-        return sum(sum(v) for v in self.correct.values()) / max(sum(len(v) for v in self.correct.values()), 1)
+        return sum(sum(v) for v in self.correct.values()) / max(self.question_count, 1)
 
     @property
     def tokens_per_forward(self) -> float:
         return self.new_tokens / max(self.forwards, 1)
 
     @property
-    def questions(self) -> int:
+    def question_count(self) -> int:
         return sum(len(v) for v in self.correct.values())
 
     @property
     def tokens_per_answer(self) -> float:
-        return self.new_tokens / max(self.questions, 1)
+        return self.new_tokens / max(self.question_count, 1)
 
     @property
     def forwards_per_answer(self) -> float:
         """Target forwards per answer (prefill excluded), what a user waits for. Tokens per forward
         alone rewards a rule that makes answers longer: its extra tokens come cheap."""
-        return self.forwards / max(self.questions, 1)
+        return self.forwards / max(self.question_count, 1)
 
 
 def question_and_check(item: Task | dict) -> tuple[str, str, Callable[[str], bool]]:
@@ -311,19 +312,29 @@ def recorded_qualities(result: dict) -> dict[str, Quality]:
             for n, r in _in_order(result["runs"]).items()}
 
 
+def same_draft_sd(name: str, runs: dict[str, Quality]) -> Quality | None:
+    """The standard-SD run with the draft that run `name` uses: `eagle SD` for the EAGLE-1 chain's
+    runs (named `eagle ...`), `standard SD` (the 2-layer draft) for the others."""
+    return runs.get("eagle SD" if name.startswith("eagle ") else "standard SD")
+
+
 def format_quality(runs: dict[str, Quality]) -> str:
-    """A markdown table: tokens per target forward (also as a multiple of standard SD's), tokens
-    and target forwards per answer, the share of all questions answered right (and its distance
-    from the target's, in points), and the accuracy by kind."""
+    """A markdown table: tokens per target forward, tokens and target forwards per answer (both
+    speeds also as multiples of standard SD's with the same draft), the share of all questions
+    answered right (and its distance from the target's, in points), and the accuracy by kind.
+    `draft only` makes no target forwards, so it has no forwards per answer."""
     kinds = sorted(next(iter(runs.values())).correct)
-    target, sd = runs.get("target only"), runs.get("standard SD")
-    lines = ["| run | tok/fwd | x SD | tok/answer | fwd/answer | accuracy | vs target (points) | "
-             + " | ".join(kinds) + " |", "|---|---|---|---|---|---|---|" + "---|" * len(kinds)]
+    target = runs.get("target only")
+    lines = ["| run | tok/fwd | x SD | tok/answer | fwd/answer | x SD | accuracy | vs target (points) | "
+             + " | ".join(kinds) + " |", "|---|---|---|---|---|---|---|---|" + "---|" * len(kinds)]
     for name, q in runs.items():
+        sd = same_draft_sd(name, runs)
         ratio = f"{q.tokens_per_forward / sd.tokens_per_forward:.2f}x" if sd else "-"
+        per_answer, answer_ratio = ("-", "-") if name == "draft only" else (
+            f"{q.forwards_per_answer:.1f}", f"{q.forwards_per_answer / sd.forwards_per_answer:.2f}x" if sd else "-")
         points = f"{100 * (q.mean_accuracy - target.mean_accuracy):+.1f}" if target else "-"
-        lines.append(f"| {name} | {q.tokens_per_forward:.2f} | {ratio} | {q.tokens_per_answer:.1f} | "
-                     f"{q.forwards_per_answer:.1f} | {q.mean_accuracy:.3f} | {points} | "
+        lines.append(f"| {name} | {q.tokens_per_forward:.2f} | {ratio} | {q.tokens_per_answer:.1f} | {per_answer} | "
+                     f"{answer_ratio} | {q.mean_accuracy:.3f} | {points} | "
                      + " | ".join(f"{q.accuracy[k]:.2f}" for k in kinds) + " |")
     return "\n".join(lines)
 
@@ -348,17 +359,17 @@ def judge_bar(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE, points: floa
     raises its tokens per forward without saving forwards)."""
     if "target only" not in runs or "standard SD" not in runs:
         return "the sweep has not yet run the target alone and standard SD, which the bar is measured against"
-    target, sd = runs["target only"].mean_accuracy, runs["standard SD"].tokens_per_forward
+    target, sd = runs["target only"].mean_accuracy, runs["standard SD"]
     within = [n for n in judge_runs(runs, judge) if runs[n].mean_accuracy >= target - points / 100]
     if not within:
         return f"no threshold of the judge head `{judge}` keeps the accuracy within {points:g} points of the target's"
     best = max(within, key=lambda n: runs[n].tokens_per_forward)
     tpf = runs[best].tokens_per_forward
     nearest = min((n for n in runs if n.startswith("top-")), key=lambda n: abs(runs[n].tokens_per_forward - tpf))
-    standard = runs["standard SD"]
-    return (f"most tokens per forward within {points:g} points of the target: {best}, {tpf / sd:.2f}x standard SD's "
-            f"({100 * (runs[best].mean_accuracy - target):+.1f} points); the nearest Top-K in tokens per forward, "
-            f"{nearest} at {runs[nearest].tokens_per_forward / sd:.2f}x, is "
-            f"{100 * (runs[nearest].mean_accuracy - target):+.1f} points; per answer it takes "
+    return (f"most tokens per forward within {points:g} points of the target: {best}, "
+            f"{tpf / sd.tokens_per_forward:.2f}x standard SD's ({100 * (runs[best].mean_accuracy - target):+.1f} "
+            f"points); the nearest Top-K in tokens per forward, {nearest} at "
+            f"{runs[nearest].tokens_per_forward / sd.tokens_per_forward:.2f}x, is "
+            f"{100 * (runs[nearest].mean_accuracy - target):+.1f} points; per answer {best} takes "
             f"{runs[best].forwards_per_answer:.1f} target forwards ({runs[best].tokens_per_answer:.1f} tokens) against "
-            f"standard SD's {standard.forwards_per_answer:.1f} ({standard.tokens_per_answer:.1f})")
+            f"standard SD's {sd.forwards_per_answer:.1f} ({sd.tokens_per_answer:.1f})")

@@ -337,7 +337,9 @@ def _judge_quality() -> list[str]:
                     f"never touch; greedy, chains of {result['draft_len']} from the 2-layer draft "
                     f"(`eagle`: the shipped EAGLE-1 head's top-1 chain), at most "
                     f"{result['max_new_tokens']} new tokens; tok/fwd counts verification forwards of "
-                    "the target; tok/answer and fwd/answer: new tokens and those forwards per question; x SD: against standard SD with the 2-layer draft; `(NAME)`: the judge head "
+                    "the target (the draft's own for `draft only`); tok/answer and fwd/answer: new tokens "
+                    "and target forwards per question; x SD: against standard SD with the same draft "
+                    "(`eagle SD` for the `eagle` runs); `(NAME)`: the judge head "
                     "`data/judge/NAME.json` instead of the shipped one.", "",
                     format_quality(runs), ""] + [f"* judge head `{head}`: {judge_bar(runs, head)}."
                                                   for head in judge_heads(result)] + [""]

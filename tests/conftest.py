@@ -70,3 +70,15 @@ def real_ar(target, tokenizer):
             runs.append((prompt, decoded[p.text][1][:new_tokens]))
         return runs
     return ar
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Bad input must be refused before any Triton launch: with the kernels replaced by None, a
+    launch fails with a TypeError instead of running."""
+    from lab.kernels import chain, tree, tree_attention
+    for module, names in ((chain, ("_chain_kernel", "_chain_greedy_kernel")),
+                          (tree, ("_tree_kernel", "_tree_greedy_kernel")),
+                          (tree_attention, ("_tree_attention_kernel",))):
+        for name in names:
+            monkeypatch.setattr(module, name, None)

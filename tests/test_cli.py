@@ -41,9 +41,12 @@ def test_bench_sampling_rows_are_not_compared(tmp_path):
     assert res["config"]["engine"] == "lab.exact (bfloat16, batch-invariant)"
 
 
-def test_an_unknown_dtype_is_refused_with_the_choices():
+def test_an_unknown_dtype_or_command_is_one_line_with_the_choices():
     r = lab("bench", "--target", "tiny", "--methods", "ar", "--dtype", "float16")
-    assert r.returncode == 2 and "invalid choice: 'float16'" in r.stderr and "bfloat16" in r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "invalid choice: 'float16'" in r.stderr and "bfloat16" in r.stderr and "--help" in r.stderr
+    r = lab("benchmark")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "choose from 'bench'" in r.stderr
 
 
 def test_generate_streams_plain_text():

@@ -103,7 +103,7 @@ def test_the_exact_engine_computes_the_same_model_as_transformers(target_bf16, t
     from transformers import LlamaForCausalLM
     from lab.data import chat_ids, mt_bench
     from lab.exact import PackedLlama
-    ids = chat_ids(tokenizer, mt_bench()[0].text)[:60]
+    ids = chat_ids(tokenizer, mt_bench()[0].text)
     float32 = LlamaForCausalLM(target_bf16.config).float().eval()
     float32.load_state_dict({k: v.float() for k, v in target_bf16.state_dict().items()})
     with torch.inference_mode():
@@ -120,15 +120,18 @@ def test_the_exact_engine_computes_the_same_model_as_transformers(target_bf16, t
     assert mean > 1.0 and agree < 0.9, (mean, agree)
 
 
-def test_shapes_the_packed_path_does_not_support_get_one_line():
-    """A model with biases in its linears, or another RoPE, is refused with the fallback named."""
-    from transformers import LlamaForCausalLM
+def test_models_the_packed_path_does_not_support_get_one_line():
+    """Linear biases, another RoPE, a head size that is not a multiple of 16: each refused in one
+    line that names the fallback."""
+    from transformers import LlamaConfig, LlamaForCausalLM
     config = tiny_target(0).config.to_dict()
-    for change in ({"attention_bias": True}, {"mlp_bias": True}):
-        model = LlamaForCausalLM(type(tiny_target(0).config).from_dict({**config, **change})).to(torch.bfloat16)
+    rope = {**config["rope_parameters"], "rope_type": "linear", "factor": 2.0}
+    for change in ({"attention_bias": True}, {"mlp_bias": True}, {"rope_parameters": rope},
+                   {"head_dim": 8, "num_attention_heads": 8}):
+        model = LlamaForCausalLM(LlamaConfig.from_dict({**config, **change})).to(torch.bfloat16)
         with pytest.raises(LabError, match="--dtype float32") as error:
             ExactEngine(model)
-        assert "\n" not in str(error.value)
+        assert "\n" not in str(error.value), change
 
 
 def test_compaction_then_more_tokens_equals_ar():

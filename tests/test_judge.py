@@ -108,7 +108,7 @@ def test_a_judge_above_every_score_gives_standard_speculative_decoding(tiny, tok
     # drafts and rejects others, so the judge must leave both kinds of cycle as they were
     mixed = [t + 1 if i % 3 == 2 else t for i, t in enumerate(own)]
     standard = decode(Engine(tiny), ReferenceDraft(len(prompt), mixed), prompt, 12, GREEDY, 5, 0, None)
-    assert 0 < sum(standard.accepted_per_cycle) < len(standard.tokens)
+    assert standard.accepted_per_cycle[0] == 2  # own[0], own[1] accepted, the wrong own[2] rejected
     never = JudgeRule(_probe(tiny.config.hidden_size, 2, bias=0.0), delta=1.0)  # P(correct) = 0.5 < 1
     judged = decode(Engine(tiny), ReferenceDraft(len(prompt), mixed), prompt, 12, GREEDY, 5, 0, None, rule=never)
     assert judged.tokens == standard.tokens and judged.accepted_per_cycle == standard.accepted_per_cycle
@@ -324,17 +324,24 @@ def test_the_judge_bar_reads_tokens_per_forward_and_what_an_answer_costs():
     """The bar's sentence: the judge's best run within 5 points, as a multiple of standard SD's
     tokens per forward, and beside it the target forwards and tokens per answer, which show a
     rule that makes answers longer (here 20 tokens against 13.5)."""
-    from lab.quality import Quality, judge_bar
+    from lab.quality import Quality, format_quality, judge_bar
     seven = {"addition": [True] * 7 + [False] * 3}  # 10 questions, 7 right
     runs = {"target only": Quality(seven, 135, 135, 0.0), "standard SD": Quality(seven, 135, 104, 0.0),
             "top-2": Quality({"addition": [True] * 5 + [False] * 5}, 160, 90, 0.0),
             "judge 0.5": Quality({"addition": [True] * 5 + [False] * 5}, 220, 100, 0.0),
             "judge 0.9": Quality(seven, 200, 113, 0.0)}
     assert runs["judge 0.9"].forwards_per_answer == 11.3 and runs["judge 0.9"].tokens_per_answer == 20.0
+    table = format_quality(runs).splitlines()
+    assert table[-1] == "| judge 0.9 | 1.77 | 1.36x | 20.0 | 11.3 | 1.09x | 0.700 | +0.0 | 0.70 |"
+    runs |= {"draft only": Quality({"addition": [False] * 10}, 240, 240, 0.0),
+             "eagle SD": Quality(seven, 135, 80, 0.0), "eagle judge 0.9": Quality(seven, 180, 72, 0.0)}
+    rows = {row.split(" | ")[0][2:]: row for row in format_quality(runs).splitlines()[2:]}
+    assert rows["draft only"] == "| draft only | 1.00 | 0.77x | 24.0 | - | - | 0.000 | -70.0 | 0.00 |"
+    assert rows["eagle judge 0.9"].startswith("| eagle judge 0.9 | 2.50 | 1.48x | 18.0 | 7.2 | 0.90x |")  # its own SD
     text = judge_bar(runs)
     assert "within 5 points of the target: judge 0.9, 1.36x standard SD's (+0.0 points)" in text
     assert "top-2 at 1.37x, is -20.0 points" in text
-    assert text.endswith("per answer it takes 11.3 target forwards (20.0 tokens) against standard SD's 10.4 (13.5)")
+    assert text.endswith("per answer judge 0.9 takes 11.3 target forwards (20.0 tokens) against standard SD's 10.4 (13.5)")
 
 
 def test_lost_questions_are_those_the_target_gets_right_and_a_run_gets_wrong(tiny, tokenizer):
@@ -503,7 +510,7 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     assert quality.recorded_qualities(json.loads(path.read_text())) == runs
     assert quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1] == runs
     assert len(decoded) == len(names)  # a complete file decodes nothing
-    assert quality.format_quality(runs).splitlines()[2] == "| target only | 1.43 | 0.33x | 1.7 | 1.2 | 0.000 | +0.0 | 0.00 |"
+    assert quality.format_quality(runs).splitlines()[2] == "| target only | 1.43 | 0.33x | 1.7 | 1.2 | 1.00x | 0.000 | +0.0 | 0.00 |"
     sha = quality.file_sha  # a retrained judge: other bytes, the same threshold
     monkeypatch.setattr(quality, "file_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
     again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]

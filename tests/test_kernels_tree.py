@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from lab.kernels import tree, verify_tree_batched, verify_tree_greedy_batched
+from lab.kernels import verify_tree_batched, verify_tree_greedy_batched
 from lab.sampling import RandomStream
 from lab.verify import verify_tree, verify_tree_greedy
+from test_kernels_chain import transposed
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -38,13 +39,6 @@ def outputs(length, path, out):
 def run_kernel(tokens, parents, p, u, noise, block_v=32):
     return outputs(*[t.cpu() for t in verify_tree_batched(
         *(t.to(DEVICE) for t in (tokens, parents, p, u, noise)), block_v=block_v)])
-
-
-@pytest.fixture
-def no_launch(monkeypatch):
-    """Bad input must be refused before any launch: a launch now fails with a TypeError."""
-    for name in ("_tree_kernel", "_tree_greedy_kernel"):
-        monkeypatch.setattr(tree, name, None)
 
 
 @pytest.mark.parametrize("b,n,v,seed,temperature", [
@@ -130,11 +124,6 @@ def test_bad_trees_are_rejected_before_launch(no_launch):
         verify_tree_batched(tokens[:, :4].contiguous(), parents, p, u, noise)
     with pytest.raises(ValueError, match="uniforms"):
         verify_tree_batched(tokens, parents, p, u[:, :2].contiguous(), noise)
-
-
-def transposed(t):
-    """The same values, laid out non-contiguously."""
-    return t.transpose(0, 1).contiguous().transpose(0, 1)
 
 
 def expect_refusal(greedy, message, **changes):

@@ -136,7 +136,7 @@ def _check(name: str, t: torch.Tensor, dims: int, dtype: torch.dtype | tuple) ->
 
 def _check_tokens(draft: torch.Tensor, vocab: int) -> None:
     if vocab < 1:  # the kernels would emit token 0 of an empty vocabulary
-        raise ValueError("the vocabulary is empty (V = 0): there is no token to verify or emit")
+        raise ValueError("the vocabulary is empty (V = 0): pass rows over at least one token")
     if draft.numel() and (int(draft.min()) < 0 or int(draft.max()) >= vocab):
         raise ValueError(f"draft tokens must lie in [0, {vocab}): got ids from {int(draft.min())} to {int(draft.max())}")
 
