@@ -75,9 +75,10 @@ def plot_quality(runs: dict, heads: list[str], x: str = "tokens_per_forward", ti
                  path: str | Path | None = None):
     """Notebook 07's quality against speed: the share of answers checked correct against `x`, a
     `lab.quality.Quality` measure named in QUALITY_AXES, for Top-K, each of `heads`' threshold
-    sweeps, the EAGLE-1 chain (standard and with the shipped judge head) and, as single points, the target alone, standard SD and (against
-    tokens per forward only: it makes no target forwards) the draft alone. `runs`: a sweep's runs
-    of every judge head (`lab.quality.recorded_qualities`)."""
+    sweeps, the EAGLE-1 chain (standard and with the shipped judge head) and, as single points,
+    the target alone, standard SD and (against tokens per forward only: it makes no target
+    forwards) the draft alone. `runs`: a sweep's runs of every judge head
+    (`lab.quality.recorded_qualities`)."""
     from .quality import DEFAULT_JUDGE, judge_runs
 
     def points(names: list[str]) -> tuple[list[float], list[float]]:

@@ -16,6 +16,7 @@ from lab.exact import ExactEngine, bf16_support
 from lab.models import make_draft, tiny_target
 from lab.sampling import Sampling
 from lab.trees import DraftTree
+from lab.verify import children_of
 
 pytestmark = pytest.mark.skipif(bf16_support() is not None, reason=f"{bf16_support()}")
 
@@ -32,10 +33,7 @@ def one_at_a_time(engine, prefix: list[int], tree: DraftTree, layers: tuple[int,
     ancestors there, as if its path had been scored alone, one token per forward."""
     engine.reset()
     engine.forward(prefix)
-    children = [[] for _ in tree.tokens]
-    for node, parent in enumerate(tree.parents[1:], 1):
-        children[parent].append(node)
-    depths, out, stack = tree.depths(), [None] * len(tree), [0]
+    children, depths, out, stack = children_of(tree.parents), tree.depths(), [None] * len(tree), [0]
     while stack:
         node = stack.pop()
         engine.crop(len(prefix) + depths[node])
@@ -212,7 +210,7 @@ def _target_pairs(model, prompt, sampling):
 
 def _always_take_the_first_child(tokens, parents, p, uniforms, noise):
     """Broken verification: walks down the first child of every node without checking it."""
-    from lab.verify import TreeResult, children_of
+    from lab.verify import TreeResult
     children, path = children_of(parents), [0]
     while children[path[-1]]:
         path.append(children[path[-1]][0])
