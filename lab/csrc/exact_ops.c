@@ -289,8 +289,11 @@ static inline __attribute__((always_inline)) void attend_rows(
  *   4. the weighted sum of values in key order.
  * Every step depends on the row's own keys only. Rows go in pairs, which share the loads of
  * the keys their lists begin with (a tree's rows all begin with the context): the attention of
- * a tree costs less than its rows one by one, with the same bits. out: bfloat16 [n, hq * d],
- * the input of the output projection. */
+ * a tree costs less than its rows one by one, with the same bits. The work items run KV head
+ * by KV head, so one core takes all pairs of a head and reads that head's cache from memory
+ * once (items in pair order split a head's pairs between the cores: a one-off timing of a
+ * 6-node tree after 250 tokens read 2.2 ms against 2.6 ms in pair order). out: bfloat16 [n, hq * d], the input of
+ * the output projection. */
 void tree_attention(const float *q, const float *kt, const float *v, const uint8_t *allowed, uint16_t *out,
                     int64_t n, int64_t hq, int64_t hkv, int64_t d, int64_t capacity, int64_t t,
                     float scale, int threads) {
@@ -303,7 +306,7 @@ void tree_attention(const float *q, const float *kt, const float *v, const uint8
         float *block = aligned_alloc(64, sizeof(float) * (size_t)(d * LANES));
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < pairs * hkv; item++) {
-            const int64_t pair = item / hkv, g = item % hkv;
+            const int64_t g = item / pairs, pair = item % pairs;
             const int R = 2 * pair + 1 < n ? 2 : 1;
             const float *qs[2];
             uint16_t *os[2];
