@@ -13,6 +13,17 @@ from .paths import EAGLE3_SHIPPED, shipped_head
 ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[34m", "target": ""}
 
 
+def _positive(text: str) -> int:
+    """argparse type: an integer of at least 1 (a count of prompts or tokens)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
+
+
 def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
@@ -33,7 +44,7 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eagle3-head", default=EAGLE3_SHIPPED,
                    help=f"eagle3: data/eagle/NAME.safetensors (default {EAGLE3_SHIPPED}, the EAGLE-1 head's data and "
                         "budget; eagle3: the earlier one on half the data; eagle3-gpu: the GPU-trained one)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=_positive, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--kernel", choices=["torch", "triton"], default=None,
@@ -62,9 +73,31 @@ def _tree_choice(args: argparse.Namespace, head: str, kind: str):
     return given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype, head=head, kind=kind)
 
 
+def _check_head(name: str, kind: str, flag: str) -> None:
+    """One line naming the heads of `kind` there are, unless data/eagle/NAME.safetensors is one
+    (its manifest's variant says which kind a head file is)."""
+    import json
+    from .paths import DATA_DIR
+
+    def variant(path: Path) -> str | None:
+        manifest = path.with_suffix(".json")
+        return json.loads(manifest.read_text()).get("variant") if manifest.exists() else None
+
+    path = DATA_DIR / "eagle" / f"{name}.safetensors"
+    if path.exists() and variant(path) == kind:
+        return
+    heads = ", ".join(sorted(p.stem for p in (DATA_DIR / "eagle").glob("*.safetensors") if variant(p) == kind))
+    if path.exists():
+        raise LabError(f"{flag} {name}: data/eagle/{path.name} is a head of kind {variant(path)}, not {kind}; "
+                       f"the {kind} heads are {heads or 'none'}")
+    raise LabError(f"{flag} {name}: there is no data/eagle/{path.name}; the {kind} heads are {heads or 'none'} "
+                   f"(or train one: `python -m lab train {kind} --name {name}`)")
+
+
 def _eagle(args: argparse.Namespace, target):
     """The EAGLE head (--eagle-head), its tree size and the per-rank accuracies of its manifest."""
     from .eagle import head_manifest, head_path, load_head, rank_accuracy_of
+    _check_head(args.eagle_head, "eagle1", "--eagle-head")
     tree = _tree_choice(args, args.eagle_head, "eagle1")  # a bad --eagle-tree fails before any loading
     return load_head(target, path=head_path(args.eagle_head)), tree, rank_accuracy_of(head_manifest(args.eagle_head))
 
@@ -74,12 +107,19 @@ def _eagle3(args: argparse.Namespace, target):
     manifest (for the static tree)."""
     from .eagle import rank_accuracy_of
     from .eagle3 import head_manifest, load_head
+    _check_head(args.eagle3_head, "eagle3", "--eagle3-head")
     tree = _tree_choice(args, args.eagle3_head, "eagle3")
     return load_head(target, args.eagle3_head), tree, rank_accuracy_of(head_manifest(args.eagle3_head))
 
 
+def _judge_threshold_used(args: argparse.Namespace, methods: list[str]) -> None:
+    if args.judge_threshold is not None and "judge" not in methods:
+        raise LabError("--judge-threshold sets the judge method's threshold: add judge to the methods, or drop it")
+
+
 def _setup_lossy(args: argparse.Namespace, setup, methods: list[str]) -> None:
     """judge: the shipped judge head (and --judge-threshold); topk: --verify-top-k."""
+    _judge_threshold_used(args, methods)
     setup.verify_top_k = args.verify_top_k
     if "judge" in methods:
         from .judge import JudgeRule, load_judge
@@ -159,6 +199,7 @@ def _generate(args: argparse.Namespace) -> None:
     from .bench import Setup
     from .drafters import ModelDraft, NoDraft, TreeModelDraft
     from .engine import engine_for
+    _judge_threshold_used(args, [args.method])
     target, draft, tokenizer, sampling = _load(args, need_draft=args.method in ("sd", "sd-tree", "judge", "topk"))
     rule = None
     if args.method == "ar":
@@ -262,8 +303,9 @@ def _tune(args: argparse.Namespace) -> None:
     from .artifacts import repo_path
     from .costmodel import choice_path, choice_row, tune
     from .models import load_target, load_tokenizer
-    target = load_target(args.dtype)
     name = args.name or shipped_head(args.head)
+    _check_head(name, args.head, "--name")
+    target = load_target(args.dtype)
     path = choice_path(args.dtype, name)
     if args.head == "eagle3":
         from .eagle3 import load_head
@@ -325,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--methods", default="ar,sd", help="comma-separated: ar,sd,sd-tree,eagle1,eagle2,eagle3,eagle3-static,hf,hf-assisted,hf-pld,llamacpp")
     bench.add_argument("--dataset", default="mt_bench", help="mt_bench, humaneval, sharegpt or sharegpt_heldout (the regenerated set's held-out prompts)")
     bench.add_argument("--prompts", default=None, help="JSONL file with one {\"prompt\": ...} per line")
-    bench.add_argument("--limit", type=int, default=10)
+    bench.add_argument("--limit", type=_positive, default=10, help="the dataset's first N prompts (default 10)")
     bench.add_argument("--json", default=None, help="write the full results here")
     bench.add_argument("--figure", default=None, help="write a speed/tau figure here (PNG)")
     bench.add_argument("--profile", type=int, default=0, metavar="N",
@@ -442,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="choose the EAGLE tree size for this machine (cost model)")
     tune.add_argument("what", choices=["tree"])
     tune.add_argument("--positions", type=int, default=160, help="draft positions measured (default 160)")
-    tune.add_argument("--max-new-tokens", type=int, default=128, help="length of the tuning continuations")
+    tune.add_argument("--max-new-tokens", type=_positive, default=128, help="length of the tuning continuations")
     tune.add_argument("--draft-vocab", type=int, default=8192,
                       help="eagle1: draft over the N most frequent training tokens (0: all 49,152; default "
                            "8192); an EAGLE-3 head drafts over its own vocabulary")
@@ -460,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="comma-separated, as for bench (a lossy rule runs at temperature 0 only)")
     endtoend.add_argument("--settings", default="mt_bench:0,humaneval:0,sharegpt_heldout:0,mt_bench:1,humaneval:1,"
                                                 "sharegpt_heldout:1", help="dataset:temperature pairs, comma-separated")
-    endtoend.add_argument("--limit", type=int, default=5, help="prompts per setting (default 5)")
+    endtoend.add_argument("--limit", type=_positive, default=5, help="prompts per setting (default 5)")
     endtoend.add_argument("--json", default=None,
                           help="results file (default data/results/end_to_end.json; with LAB_FAST=1 under .cache)")
     endtoend.add_argument("--engine", choices=["auto", "transformers"], default="auto", help="as for bench")

@@ -64,6 +64,21 @@ def test_bad_input_gives_one_line_errors(tmp_path):
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
+def test_counts_head_names_and_stray_flags_are_one_line_errors():
+    for flag, value in (("--limit", "0"), ("--max-new-tokens", "-3")):
+        r = lab("bench", "--target", "tiny", "--methods", "ar", flag, value)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"{flag}: must be a whole number of at least 1" in r.stderr
+    r = lab("bench", "--target", "tiny", "--methods", "ar,eagle2", "--eagle-head", "nosuch")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "no data/eagle/nosuch.safetensors" in r.stderr and "eagle1-gpu" in r.stderr  # names the heads there are
+    r = lab("bench", "--target", "tiny", "--methods", "eagle3", "--eagle3-head", "eagle1")
+    assert r.returncode == 2 and "a head of kind eagle1, not eagle3" in r.stderr and "eagle3-full" in r.stderr
+    r = lab("tune", "tree", "--head", "eagle1", "--name", "eagle3-full")
+    assert r.returncode == 2 and "a head of kind eagle3, not eagle1" in r.stderr
+    r = lab("generate", "Hi", "--target", "tiny", "--method", "ar", "--judge-threshold", "0.5")
+    assert r.returncode == 2 and "add judge to the methods" in r.stderr
+
+
 def test_eagle_head_of_another_target_is_a_one_line_error():
     r = lab("bench", "--target", "tiny", "--methods", "ar,eagle2", "--limit", "1", "--max-new-tokens", "4",
             "--eagle-tree", "2,2,4")
