@@ -171,7 +171,7 @@ def bench_setup(args: argparse.Namespace, methods: list[str]):
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from .bench import METHODS, format_table, run_bench, verification_line
+    from .bench import METHODS, drafting_line, format_table, run_bench, verification_line
     from .data import load_prompts, prompts_file
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -187,6 +187,8 @@ def _bench(args: argparse.Namespace) -> None:
         result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
     print(verification_line(result))
+    if drafting_line(result):
+        print(drafting_line(result))
     if args.figure:
         from .plots import plot_bench
         plot_bench(result, args.figure)

@@ -356,6 +356,25 @@ def verification_line(result: dict) -> str:
     return f"{line}; target forward: {engine}"
 
 
+def head_file(result: dict, method: str) -> str:
+    """The head file a tree method of a bench run drafted with: --eagle-head / --eagle3-head where
+    the run recorded them, else the kind's name (runs older than the flags drafted with that file)."""
+    kind = result["config"]["methods"][method].get("head")
+    return result["config"].get({"eagle1": "eagle_head", "eagle3": "eagle3_head"}.get(kind)) or kind
+
+
+def drafting_line(result: dict) -> str | None:
+    """One line on what each EAGLE method drafted with (head file and tree: depth, top-k, tokens),
+    or None when the run has none: two heads ship for the same methods, and the table alone does
+    not say which one ran."""
+    trees = [(name, s) for name, s in result["config"].get("methods", {}).items() if "tree" in s and "head" in s]
+    if not trees:
+        return None
+    return "drafted with (tree: depth,top-k,tokens): " + "; ".join(
+        f"{name} head {head_file(result, name)}, {s['tree'].split(' ')[0]} tree {s['depth']},"
+        f"{s['top_k'] or '-'},{s['total_tokens']}" for name, s in trees)
+
+
 def profiled(top: int, run: Callable[..., dict], *args) -> dict:
     """`run(*args)` (run_bench) under cProfile: prints the `top` entries by own time and keeps
     them in the result (`profile`), rewriting its JSON if it wrote one (args[-1])."""

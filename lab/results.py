@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from .artifacts import atomic_write, repo_path
-from .bench import PEERS, format_table, verification_line
+from .bench import PEERS, format_table, head_file, verification_line
 from .costmodel import choice_row
 from .endtoend import format_end_to_end
 from .errors import LabError
@@ -86,13 +86,6 @@ def bench_files() -> list[Path]:
     return sorted(files, key=lambda p: (rank.get(p.name, len(rank)), p.name))
 
 
-def _head_file(result: dict, method: str) -> str:
-    """The head file a tree method of a bench run drafted with: --eagle-head / --eagle3-head where
-    the run had them, else the kind's default."""
-    kind = result["config"]["methods"][method].get("head")
-    return result["config"].get({"eagle1": "eagle_head", "eagle3": "eagle3_head"}.get(kind)) or kind
-
-
 def _bench_section(path: Path, result: dict) -> list[str]:
     m = result.get("machine", {})
     machine = f"{_machine(result)}, torch {m.get('torch', '?')}"
@@ -105,7 +98,7 @@ def _bench_section(path: Path, result: dict) -> list[str]:
     for name, s in result["config"].get("methods", {}).items():
         if "tree" in s:
             lines.append(f"* `{name}`: {s['tree']}, depth {s['depth']}, top-k {_number(s['top_k']) or '-'}, "
-                         f"{s['total_tokens']} tokens, head `{_head_file(result, name)}`")
+                         f"{s['total_tokens']} tokens, head `{head_file(result, name)}`")
     return lines + ([""] if lines[-1] else []) + [format_table(result), ""]
 
 
@@ -252,7 +245,7 @@ def _identical(method: dict) -> str:
 
 def _headline_exact(result: dict) -> str:
     m = result["methods"]
-    return (f"`eagle2` with head `{_head_file(result, 'eagle2')}` {m['eagle2']['speedup']:.2f}x `ar` "
+    return (f"`eagle2` with head `{head_file(result, 'eagle2')}` {m['eagle2']['speedup']:.2f}x `ar` "
             f"({m['ar']['tokens_per_s']:.0f} tok/s), τ {m['eagle2']['tau']:.2f}, "
             f"identical to `ar` on {_identical(m['eagle2'])} prompts; transformers' own greedy {_ratio(m, 'hf')}, prompt lookup "
             f"{_ratio(m, 'hf-pld')}")

@@ -1,5 +1,6 @@
-"""Greedy identity bookkeeping: a mismatch is located and classified by ar's top-2 gap."""
-from lab.bench import TIE_GAP, _mismatch
+"""Greedy identity bookkeeping: a mismatch is located and classified by ar's top-2 gap; the
+line that says which head and tree each EAGLE method drafted with."""
+from lab.bench import TIE_GAP, _mismatch, drafting_line
 from lab.decode import DecodeResult
 
 
@@ -22,3 +23,14 @@ def test_mismatch_with_a_clear_gap_is_a_bug():
 
 def test_a_shorter_row_is_a_mismatch():
     assert _mismatch([1, 2], ar_row([1, 2, 3], [1.0, 1.0, 1.0]))["position"] == 2
+
+
+def test_the_drafting_line_names_the_head_file_each_eagle_method_ran():
+    tree = {"tree": "dynamic (EAGLE-2 expansion and reranking)", "depth": 2, "top_k": 4, "total_tokens": 6}
+    result = {"config": {"eagle_head": "eagle1-gpu", "eagle3_head": None,
+                         "methods": {"ar": {"loop": "lab.decode"}, "eagle2": {**tree, "head": "eagle1"},
+                                     "eagle3": {**tree, "head": "eagle3"}}}}
+    line = drafting_line(result)
+    assert "eagle2 head eagle1-gpu, dynamic tree 2,4,6" in line  # the flag's file, not the kind
+    assert "eagle3 head eagle3, dynamic tree 2,4,6" in line and "ar" not in line.split(":", 1)[1]
+    assert drafting_line({"config": {"methods": {"ar": {"loop": "lab.decode"}}}}) is None
