@@ -292,8 +292,8 @@ static inline __attribute__((always_inline)) void attend_rows(
  * a tree costs less than its rows one by one, with the same bits. The work items run KV head
  * by KV head, so one core takes all pairs of a head and reads that head's cache from memory
  * once (items in pair order split a head's pairs between the cores: a one-off timing of a
- * 6-node tree after 250 tokens read 2.2 ms against 2.6 ms in pair order). out: bfloat16 [n, hq * d], the input of
- * the output projection. */
+ * 6-node tree after 250 tokens read 2.2 ms against 2.6 ms in pair order).
+ * out: bfloat16 [n, hq * d], the input of the output projection. */
 void tree_attention(const float *q, const float *kt, const float *v, const uint8_t *allowed, uint16_t *out,
                     int64_t n, int64_t hq, int64_t hkv, int64_t d, int64_t capacity, int64_t t,
                     float scale, int threads) {
