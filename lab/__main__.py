@@ -15,13 +15,9 @@ ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[3
 
 def _positive(text: str) -> int:
     """argparse type: an integer of at least 1 (a count of prompts or tokens)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
+    if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return value
+    return int(text)
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -77,16 +73,16 @@ def _check_head(name: str, kind: str, flag: str) -> None:
     """One line naming the heads of `kind` there are, unless data/eagle/NAME.safetensors is one
     (its manifest's variant says which kind a head file is)."""
     import json
-    from .paths import DATA_DIR
+    from .eagle import HEAD_DIR, head_path
 
     def variant(path: Path) -> str | None:
         manifest = path.with_suffix(".json")
         return json.loads(manifest.read_text()).get("variant") if manifest.exists() else None
 
-    path = DATA_DIR / "eagle" / f"{name}.safetensors"
+    path = head_path(name)
     if path.exists() and variant(path) == kind:
         return
-    heads = ", ".join(sorted(p.stem for p in (DATA_DIR / "eagle").glob("*.safetensors") if variant(p) == kind))
+    heads = ", ".join(sorted(p.stem for p in HEAD_DIR.glob("*.safetensors") if variant(p) == kind))
     if path.exists():
         raise LabError(f"{flag} {name}: data/eagle/{path.name} is a head of kind {variant(path)}, not {kind}; "
                        f"the {kind} heads are {heads or 'none'}")
@@ -187,8 +183,9 @@ def _bench(args: argparse.Namespace) -> None:
         result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
     print(format_table(result))
     print(verification_line(result))
-    if drafting_line(result):
-        print(drafting_line(result))
+    drafted = drafting_line(result)
+    if drafted:
+        print(drafted)
     if args.figure:
         from .plots import plot_bench
         plot_bench(result, args.figure)
