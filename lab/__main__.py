@@ -279,23 +279,19 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .artifacts import repo_path
-    from .eagle import head_path
-    from .train.eagle import evaluate_saved_head
-    path = head_path(args.name)
-    report = evaluate_saved_head(path, prompts=args.prompts, split=args.split)
-    if args.split == "train":
-        print(f"top-1 agreement by depth on the first {report['prompts']} training prompts: "
-              f"{report['top1_agreement_by_depth']} ({report['positions']} positions)")
-        print(f"written to {repo_path(path.with_suffix('.json'))} under \"evaluation_train\"")
-        return
-    unique = report["heldout_unique_prompts"]
-    print(f"held-out top-1 agreement by depth: {report['heldout_top1_agreement_by_depth']} "
-          f"({report['heldout_positions']} positions)")
-    if unique["prompts"]:
-        print(f"on the {unique['prompts']} held-out prompts ShareGPT holds once: "
-              f"{unique['heldout_top1_agreement_by_depth']} ({unique['heldout_positions']} positions)")
-    print(f"written to {repo_path(path.with_suffix('.json'))} under \"evaluation\"")
+    from .models import load_target
+    from .train.evaluate import EVALUATOR_VERSION, evaluate_saved_head, head_file, head_names
+    names = args.name or ["eagle1"]
+    if names == ["all"]:
+        names = head_names()
+    target = load_target()
+    for name in names:
+        report = evaluate_saved_head(head_file(name), target=target, prompts=args.prompts, split=args.split)
+        top1, chains = report["top1_by_depth"], report["chain_acceptance_by_depth"]
+        print(f"{name}: top-1 by depth {top1['rate']} over {top1['chains']} chains; chain acceptance "
+              f"{chains['rate']}; {report['positions']} positions of {report['sequences']} sequences "
+              f"({report['prompt_set']}), {report['seconds']} s; evaluator version {EVALUATOR_VERSION}, written "
+              f"under \"{'evaluation' if args.split == 'heldout' else 'evaluation_train'}\"", flush=True)
 
 
 def _tune(args: argparse.Namespace) -> None:
@@ -465,10 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "machine without the datasets: `python -m lab evaluate NAME --prompts 64` adds it)")
     train.set_defaults(run=_train)
 
-    evaluate = sub.add_parser("evaluate", help="re-score a shipped EAGLE-1 or EAGLE-3 head on the held-out prompts")
-    evaluate.add_argument("name", nargs="?", default="eagle1", help="data/eagle/NAME.safetensors (default eagle1)")
-    evaluate.add_argument("--prompts", type=int, default=None,
-                          help="prompts (default: as many as its training evaluated)")
+    evaluate = sub.add_parser("evaluate", help="score saved draft heads with the one held-out evaluator")
+    evaluate.add_argument("name", nargs="*", help="data/eagle/NAME.safetensors, one or more (default eagle1; "
+                                                  "`all`: every head there)")
+    evaluate.add_argument("--prompts", type=_positive, default=64,
+                          help="the first N held-out prompts, of which the unique ones are scored (default 64: 50 "
+                               "prompts); with --split train, the first N training prompts")
     evaluate.add_argument("--split", default="heldout", choices=["heldout", "train"],
                           help="score the held-out prompts (default; written under \"evaluation\") or the first "
                                "training prompts (under \"evaluation_train\": the gap shows what is memorised)")

@@ -162,13 +162,12 @@ def head_manifest(variant: str = "eagle1") -> dict:
 
 
 def rank_accuracy_of(manifest: dict) -> list[float]:
-    """Per-rank depth-1 accuracy from a head's manifest (EAGLE-1 or EAGLE-3): its training's
-    held-out figures, or those `python -m lab evaluate` added (a head trained where the
-    datasets were absent evaluated none)."""
-    figures = manifest if "rank_accuracy" in manifest else manifest.get("evaluation", {})
-    if "rank_accuracy" not in figures:
-        raise LabError(f"{manifest['artifact']} has no held-out figures: run `python -m lab evaluate "
-                       f"{Path(manifest['artifact']).stem} --prompts 64`")
+    """Per-rank depth-1 accuracy from a head's manifest (EAGLE-1 or EAGLE-3), as the held-out
+    evaluator (`lab.train.evaluate`) wrote it under "evaluation"."""
+    figures = manifest.get("evaluation", {})
+    if "rank_accuracy" not in figures or "evaluator_version" not in figures:
+        raise LabError(f"{manifest['artifact']} has no held-out figures of the current evaluator: run "
+                       f"`python -m lab evaluate {Path(manifest['artifact']).stem}`")
     return figures["rank_accuracy"]
 
 

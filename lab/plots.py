@@ -45,19 +45,23 @@ def plot_bench(result: dict, path: str | Path | None = None):
 
 
 def plot_by_depth(reports: dict[str, dict], path: str | Path | None = None, title: str = ""):
-    """Held-out top-1 agreement and n-alpha by draft depth, one line per head (notebook 06).
-    `reports` maps a label to an `evaluate_head`/`evaluate_eagle3` report; labels containing
-    "shipped" are drawn dashed."""
+    """Held-out top-1 agreement and n-alpha by draft depth with their Wilson 95% intervals, one
+    line per head. `reports` maps a label to a `lab.train.evaluate` report; labels containing
+    "shipped" are drawn dashed; n-alpha where too few chains remain is left out."""
     fig, ax = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
     for i, (label, r) in enumerate(reports.items()):
-        d = np.arange(1, len(r["heldout_top1_agreement_by_depth"]) + 1)
         style = "o--" if "shipped" in label else "o-"
-        ax[0].plot(d, r["heldout_top1_agreement_by_depth"], style, color=f"C{i}", label=label)
-        ax[1].plot(d, [np.nan if x is None else x for x in r["heldout_n_alpha"]], style, color=f"C{i}", label=label)
-        ax[0].set_xticks(d)
+        for panel, series in zip(ax, (r["top1_by_depth"], r["n_alpha_by_depth"])):
+            d = np.arange(1, len(series["rate"]) + 1)
+            rate = np.array([np.nan if x is None else x for x in series["rate"]])
+            low = np.array([np.nan if c is None else c[0] for c in series["ci95"]])
+            high = np.array([np.nan if c is None else c[1] for c in series["ci95"]])
+            panel.errorbar(d, rate, yerr=[rate - low, high - rate], fmt=style, color=f"C{i}", capsize=3, label=label)
+            panel.set_xticks(d)
     ax[0].set(xlabel="draft depth d", ylabel="top-1 agreement with the target",
               title="Accuracy after d-1 of the head's own states")
-    ax[1].set(xlabel="draft depth n", ylabel="n-α  (acceptance given depths < n accepted)", title="EAGLE's n-α")
+    ax[1].set(xlabel="draft depth n", ylabel="n-α  (acceptance given depths < n accepted)",
+              title="EAGLE's n-α (shown where at least 30 chains remain)")
     ax[0].legend(fontsize=8)
     if title:
         fig.suptitle(title)

@@ -34,13 +34,11 @@ BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.j
                "bench_eagle3_curriculum_tree24.json", "bench_eagle3_curriculum_humaneval.json",
                "bench_eagle3_curriculum_static.json")
 # Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
-# n-alpha is shown from `python -m lab evaluate` only: training manifests written before the
-# ChainTally fix divided chain(d) by chain(d-1) over different sets of chains.
 KEY_FIGURES = ("machine.gpu", "steps", "budget_minutes", "cpu_budget_minutes", "gpu_budget_minutes", "train.response_tokens",
                "heldout.prompts", "data.sharegpt_reply_tokens", "heldout_top1_agreement_before",
-               "heldout_top1_agreement", "heldout_top1_agreement_by_depth",
-               "evaluation.heldout_top1_agreement_by_depth", "evaluation.heldout_n_alpha",
-               "evaluation.heldout_unique_prompts.heldout_top1_agreement_by_depth",
+               "heldout_top1_agreement", "evaluation.evaluator_version", "evaluation.sequences",
+               "evaluation.top1_by_depth.rate", "evaluation.top1_by_depth.chains",
+               "evaluation.n_alpha_by_depth.rate",
                "layer", "delta", "val_auc_baselines.token_probability")
 DEFINITIONS = (
     "**τ** = tokens emitted by verification forwards ÷ verification forwards (prefill excluded; ratio of totals "

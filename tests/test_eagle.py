@@ -15,7 +15,8 @@ from lab.engine import Engine
 from lab.errors import LabError
 from lab.exact import bf16_support
 from lab.sampling import Sampling
-from lab.train.eagle import ChainTally, _batch, head_loss, train_head, unroll_mask, unrolled_predictions
+from lab.train.eagle import _batch, head_loss, train_head
+from lab.train.evaluate import unroll_mask, unrolled_predictions
 from lab.train.regen import RegenSet, load_regen
 from lab.trees import DraftTree
 from test_decode import ar_runs
@@ -27,7 +28,9 @@ GREEDY = Sampling()
 def private_cache(tmp_path, monkeypatch):
     """Feature caches and checkpoints of these small runs go to a temporary folder."""
     import lab.train.eagle as module
+    import lab.train.features as features
     monkeypatch.setattr(module, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(features, "CACHE_DIR", tmp_path)
 
 
 def prompts(tokenizer, n):
@@ -167,10 +170,12 @@ def test_follow_walks_the_matching_path():
     assert tree.follow([7]) == [0]
 
 
-def small_set(n=12, heldout=2):
+def small_set(n=12, heldout=2, start=3):
+    """n regenerated sequences from `start` on, the first `heldout` of them held out (from 3 on,
+    the held-out ones have prompts ShareGPT holds once, which the evaluator scores)."""
     d = load_regen()
-    return RegenSet(d.tokens[: d.offsets[n]], d.offsets[: n + 1], d.prompt_lens[:n],
-                    np.array([0] * heldout + [1] * (n - heldout), np.uint8))
+    return RegenSet(d.tokens[d.offsets[start]: d.offsets[start + n]], d.offsets[start: start + n + 1] - d.offsets[start],
+                    d.prompt_lens[start: start + n], np.array([0] * heldout + [1] * (n - heldout), np.uint8))
 
 
 def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
@@ -179,26 +184,25 @@ def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
     import json
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["loss_last_20"]["feature"] < manifest["loss_first_20"]["feature"]
-    assert len(manifest["heldout_top1_agreement_by_depth"]) == 6 and manifest["steps"] == 25
-    from lab.train.regen import unique_heldout
-    assert manifest["heldout_unique_prompts"]["prompts"] == len(set(unique_heldout(small_set())) & {0})
-    from lab.train.eagle import evaluate_saved_head  # re-scoring the saved (fp16) head, recorded beside
-    report = evaluate_saved_head(out, target=tiny, data=small_set())
+    evaluation = manifest["evaluation"]
+    assert len(evaluation["top1_by_depth"]["rate"]) == 6 and manifest["steps"] == 25
+    assert evaluation["sequences"] == 1  # the unique prompts among the first held-out one
+    import lab.train.evaluate as evaluator
+    report = evaluator.evaluate_saved_head(out, target=tiny, data=small_set(), prompts=1)  # the saved (fp16) head
     again = json.loads(out.with_suffix(".json").read_text())
     assert again["evaluation"] == report and again["steps"] == 25
-    assert report["heldout_positions"] == manifest["heldout_positions"]
+    assert report["positions"] == evaluation["positions"]
     # the same figures on the first training prompt (sequence 2), under a key of their own
-    from lab.train.eagle import evaluate_head, target_features
-    on_train = evaluate_saved_head(out, target=tiny, data=small_set(), prompts=1, split="train")
+    on_train = evaluator.evaluate_saved_head(out, target=tiny, data=small_set(), prompts=1, split="train")
     again = json.loads(out.with_suffix(".json").read_text())
     assert again["evaluation"] == report and again["evaluation_train"] == on_train
     first_train = small_set().subset("train", 1)
-    direct = evaluate_head(load_head(tiny, "eagle1", out), first_train,
-                           target_features(tiny, first_train, (tiny.config.num_hidden_layers,)), [0])
-    assert on_train["top1_agreement_by_depth"] == direct["heldout_top1_agreement_by_depth"]
-    assert on_train["positions"] == direct["heldout_positions"] != report["heldout_positions"]
+    direct = evaluator.evaluate(load_head(tiny, "eagle1", out), first_train,
+                                evaluator.target_features(tiny, first_train, (tiny.config.num_hidden_layers,)), [0])
+    assert on_train["top1_by_depth"] == direct["top1_by_depth"]
+    assert on_train["positions"] == direct["positions"] != report["positions"]
     with pytest.raises(LabError, match="unknown split"):
-        evaluate_saved_head(out, target=tiny, data=small_set(), split="test")
+        evaluator.evaluate_saved_head(out, target=tiny, data=small_set(), split="test")
     head = load_head(tiny, "eagle1", out)
     copy = load_head(tiny, "eagle1", out)
     f, t = torch.randn(1, 5, tiny.config.hidden_size), torch.randint(0, 100, (1, 5))
@@ -226,7 +230,7 @@ def test_head_loss_feature_term_is_zero_for_a_perfect_prediction(tiny):
     """The batch aligns pair i with the true feature f_{i+1}: a head that outputs exactly
     that has zero feature loss (noise aside), so the targets are not shifted wrongly."""
     d = small_set(4, 1)
-    from lab.train.eagle import target_features
+    from lab.train.features import target_features
     feats = target_features(tiny, d, (tiny.config.num_hidden_layers,), progress=False)
     items = [(d.tokens[d.offsets[i]: d.offsets[i + 1]].astype(np.int64), feats[i], int(d.prompt_lens[i]))
              for i in range(1, 4)]
@@ -393,7 +397,7 @@ def test_passes_sum_each_stage_over_its_own_data():
 
 
 def test_cached_features_keep_the_sequence_order(tiny):
-    from lab.train.eagle import target_features
+    from lab.train.features import target_features
     lengths = [9, 3, 12, 5, 7]  # batched by length inside a chunk, returned in this order
     seqs = [np.arange(1, n + 1, dtype=np.uint16) * (i + 2) for i, n in enumerate(lengths)]
     data = RegenSet(np.concatenate(seqs), np.cumsum([0] + lengths), np.full(len(seqs), 2, np.int32),
@@ -437,21 +441,6 @@ def test_a_given_tree_takes_the_tuned_vocabulary_and_predictions(tmp_path):
     assert (bf16.predicted_speedup, bf16.draft_vocab) == (None, 4096)
     with pytest.raises(LabError, match="tuned with the target in float32"):
         load_choice(tmp_path / "t.json", dtype="bfloat16")
-
-
-def test_chain_tally_n_alpha_is_a_conditional_frequency():
-    """Chain A reaches depth 2 and is right at both; chain B reaches only depth 1 and is wrong.
-    n-alpha at depth 2 is 1/1 (A is the only chain right at depth 1 that reaches depth 2).
-    The ratio chain(2) / chain(1) = (1/1) / (1/2) = 2 is the broken variant this replaces."""
-    tally = ChainTally(2)
-    right = torch.tensor([[True, False], [True, False]])
-    valid = torch.tensor([[True, True], [True, False]])
-    tally.add(right, valid)
-    report = tally.report()
-    assert report["heldout_chain_acceptance_by_depth"] == [0.5, 1.0]
-    assert report["heldout_n_alpha"] == [0.5, 1.0]
-    chain = report["heldout_chain_acceptance_by_depth"]
-    assert chain[1] / chain[0] > 1  # the old formula leaves [0, 1] on the same tally
 
 
 def test_train_prompts_keeps_the_first_prompts_and_max_steps_sets_the_schedule(tiny, tmp_path):

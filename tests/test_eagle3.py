@@ -33,8 +33,8 @@ GREEDY = Sampling()
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     """Feature caches and checkpoints of these small runs go to a temporary folder."""
-    import lab.train.eagle as features
     import lab.train.eagle3 as module
+    import lab.train.features as features
     monkeypatch.setattr(features, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(module, "CACHE_DIR", tmp_path)
 
@@ -363,7 +363,7 @@ def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkey
     train_eagle3(target=tiny, data=small_set(), max_steps=45, lr=1e-2, out=out, eval_prompts=1, vocab_size=2048,
                  batch=2, steps=2, progress=False)
     manifest = json.loads(out.with_suffix(".json").read_text())
-    assert manifest["steps"] == 45 and len(manifest["heldout_top1_agreement_by_depth"]) == 6
+    assert manifest["steps"] == 45 and len(manifest["evaluation"]["top1_by_depth"]["rate"]) == 6
     assert manifest["loss_last_20"]["ce_by_step"][0] < manifest["loss_first_20"]["ce_by_step"][0]
     assert manifest["draft_vocab"]["size"] == 2048 and manifest["feature_cache"][0]["gigabytes"] >= 0
     head = load_head(tiny, path=out)
@@ -387,7 +387,7 @@ def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkey
 
 DDP_SCRIPT = """
 import sys, torch
-import lab.train.eagle as features, lab.train.eagle3 as module
+import lab.train.features as features, lab.train.eagle3 as module
 from pathlib import Path
 features.CACHE_DIR = module.CACHE_DIR = Path(sys.argv[1])
 sys.path.insert(0, sys.argv[3])
@@ -464,7 +464,7 @@ def test_a_short_disk_fails_before_the_first_chunk(tiny, tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
 
-    from lab.train.eagle import target_features
+    from lab.train.features import target_features
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9, 1000))
     with pytest.raises(LabError, match="GB more at .*free disk space or set LAB_CACHE"):

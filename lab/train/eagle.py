@@ -2,118 +2,42 @@
 
 Three steps, each resumable:
 1. Features: the target runs once over every regenerated sequence and its top feature at
-   every position is cached in fp16 under .cache/features/ (chunked, so an interrupted run
-   resumes). Training then never runs the 30-layer target, only the one-layer head.
+   every position is cached (`lab.train.features`). Training then never runs the 30-layer
+   target, only the one-layer head.
 2. Training: pair t = (f_t + noise, x_{t+1}) -> predicted f_{t+1}. Loss = smooth-L1 between
    predicted and true feature (weight 1; 0 for the token-only head) + 0.1 x cross-entropy of
    the draft distribution (frozen LM head on the predicted feature) against the target's
    distribution (LM head on the true feature), on response positions. AdamW, gradient
    clipping, wall-clock budget, periodic checkpoints.
-3. Evaluation on the held-out prompts: top-1 agreement with the target at draft depth 1..6,
-   where depth d means the head has consumed d-1 of its own predicted features
-   (`unrolled_predictions`), plus feature drift (cosine, relative L2) against the truth.
+3. Evaluation on the held-out prompts by the one evaluator of every head kind
+   (`lab.train.evaluate`), written into the manifest under "evaluation".
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-import shutil
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
-from transformers import LlamaForCausalLM
 
-from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
+from ..artifacts import command_line, git_commit, machine, repo_path, write_json
 from ..eagle import EagleHead, head_path, load_head, save_head
-from ..errors import LabError
 from ..models import load_target
 from ..paths import CACHE_DIR
 from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
-from .regen import RegenSet, load_regen, regen_files, sharegpt_replies, training_items, unique_heldout
+from .evaluate import heldout_evaluation
+from .features import target_features
+from .regen import HELDOUT_PROMPTS, RegenSet, load_regen, regen_files, sharegpt_replies, training_items
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
-CHUNK = 64             # sequences per feature-cache file
 NOISE = 0.1            # uniform noise U(-NOISE, NOISE) added to input features during training
 CE_WEIGHT = 0.1
-EVAL_DEPTHS = 6
-
-
-# ---- 1. the target's features, cached --------------------------------------------------
-
-@dataclass
-class FeatureSet:
-    """fp16 features [positions, F] of every sequence of a RegenSet, in the same order, read
-    from memory-mapped cache files (CHUNK sequences each), so a cache larger than memory works
-    and a training process touches only the sequences it samples."""
-    chunks: list[np.ndarray]
-    offsets: np.ndarray
-    folder: Path | None = None
-    compute_seconds: float = 0.0   # what computing the cached chunks cost (as recorded)
-    untimed_chunks: int = 0        # chunks written before the cache recorded its timing
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        base = self.offsets[i // CHUNK * CHUNK]
-        return self.chunks[i // CHUNK][self.offsets[i] - base: self.offsets[i + 1] - base]
-
-
-def _key(target, data: RegenSet, layers: tuple[int, ...]) -> str:
-    """Cache folder name: which data, which target (a fingerprint of its weights), which layers."""
-    weights = target.model.layers[-1].mlp.down_proj.weight[:4].detach().float().cpu().numpy().tobytes()
-    digest = hashlib.sha1(data.tokens.tobytes() + data.offsets.tobytes() + weights).hexdigest()[:12]
-    return f"{digest}_layers{'-'.join(map(str, layers))}"
-
-
-@torch.inference_mode()
-def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int = 8,
-                    progress: bool = True) -> FeatureSet:
-    """The target's hidden states (transformers' indexing: N = the normed top feature) at
-    every position of every sequence, computed once and cached."""
-    folder = CACHE_DIR / "features" / _key(target, data, layers)
-    n = len(data.offsets) - 1
-    need = int(data.offsets[-1]) * len(layers) * target.config.hidden_size * 2  # fp16 bytes
-    missing = need - sum(p.stat().st_size for p in folder.glob("chunk_*.npy")) if folder.exists() else need
-    folder.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(folder).free
-    if missing > free:
-        raise LabError(f"the feature cache needs {missing / 1e9:.1f} GB more at {folder}, only {free / 1e9:.1f} GB "
-                       "are free: free disk space or set LAB_CACHE to a bigger disk")
-    if progress:
-        print(f"[lab] target features of layers {layers}: {need / 1e9:.2f} GB in {repo_path(folder)}", file=sys.stderr)
-    chunks = []
-    timing_path = folder / "seconds.json"  # compute seconds per chunk, for the manifests' budgets
-    timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
-    for c, start in enumerate(tqdm(range(0, n, CHUNK), desc="target features", unit="chunk", disable=not progress)):
-        path = folder / f"chunk_{c:05d}.npy"
-        if not path.exists():
-            began = time.perf_counter()
-            members = sorted(range(start, min(start + CHUNK, n)), key=lambda i: data.offsets[i + 1] - data.offsets[i])
-            rows = {}
-            for b in range(0, len(members), batch):  # similar lengths batched together: little padding
-                seqs = [data.ids(i) for i in members[b: b + batch]]
-                width = max(len(s) for s in seqs)
-                ids = torch.zeros(len(seqs), width, dtype=torch.long)
-                mask = torch.zeros(len(seqs), width, dtype=torch.long)
-                for r, s in enumerate(seqs):  # right padding: causal attention leaves real positions exact
-                    ids[r, : len(s)], mask[r, : len(s)] = torch.from_numpy(s), 1
-                out = target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
-                                   output_hidden_states=True)
-                h = torch.cat([out.hidden_states[layer] for layer in layers], -1).half().cpu().numpy()
-                rows.update({i: h[r, : len(s)] for r, (i, s) in enumerate(zip(members[b: b + batch], seqs))})
-            rows = [rows[i] for i in sorted(rows)]
-            atomic_write(path, lambda tmp, rows=rows: np.save(open(tmp, "wb"), np.concatenate(rows)))
-            timing[path.name] = round(time.perf_counter() - began, 2)
-            write_json(timing_path, timing)
-        chunks.append(np.load(path, mmap_mode="r"))
-    return FeatureSet(chunks, data.offsets.astype(np.int64), folder, sum(timing.values()), len(chunks) - len(timing))
 
 
 # ---- 2. training ----------------------------------------------------------------------
@@ -242,7 +166,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     head.cpu()  # the evaluation below, and every user of the head, run on the CPU
     target.cpu()
     save_head(head, out)
-    report = heldout_report(head, data, feats, heldout)
+    report = {"evaluation": heldout_evaluation(head, data, feats, eval_prompts or HELDOUT_PROMPTS)} if heldout else {}
     regen_manifest = regen_files(sampled)[1]
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     first, last = np.nanmean(history[:20], axis=0), np.nanmean(history[-20:], axis=0)
@@ -277,167 +201,3 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
 
 def _response_tokens(data: RegenSet) -> int:
     return int(data.offsets[-1] - data.prompt_lens.sum())
-
-
-# ---- 3. evaluation: drafting deeper on the head's own predictions -------------------------
-
-def unroll_mask(pairs: int, steps: int) -> torch.Tensor:
-    """bool [steps*P, steps*P] over blocks 0..steps-1 of P pairs. Block 0 is teacher-forced
-    (causal). Block s at position i is the s-th self-fed step of a chain that started after
-    true pair i-s: it sees true pairs <= i-s and, in each block 1..s, the one chain member
-    on its diagonal (position i-s+r in block r)."""
-    n = steps * pairs
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    idx = torch.arange(pairs)
-    mask[:pairs, :pairs] = idx[:, None] >= idx[None, :]
-    for s in range(1, steps):
-        rows = s * pairs + idx
-        mask[rows] = torch.cat([idx[None, :] <= (idx[:, None] - s), torch.zeros(pairs, n - pairs, dtype=torch.bool)], 1)
-        for r in range(1, s + 1):
-            cols = r * pairs + idx - s + r
-            ok = idx - s + r >= 0
-            mask[rows[ok], cols[ok]] = True
-    return mask
-
-
-@torch.no_grad()
-def unrolled_predictions(head: EagleHead, features: torch.Tensor, tokens: torch.Tensor,
-                         steps: int) -> list[torch.Tensor]:
-    """For one sequence (features [T, F], tokens [T]): predictions [P, H] (P = T-1 pairs) for
-    draft depth 1..steps. At depth s+1, row i predicts f_{i+1} after the head consumed its own
-    predictions for features i-s+1 .. i (true tokens throughout: the drafts before it were
-    accepted). Rows i < s have no such chain and are meaningless."""
-    pairs = len(tokens) - 1
-    inputs = [features[:-1]]
-    preds: list[torch.Tensor] = []
-    for s in range(steps):
-        n = s + 1
-        mask = unroll_mask(pairs, n)
-        float_mask = torch.zeros(mask.shape).masked_fill_(~mask, torch.finfo(torch.float32).min)
-        out = head(torch.cat(inputs)[None], tokens[1:].repeat(n)[None], attention_mask=float_mask[None, None],
-                   position_ids=torch.arange(pairs).repeat(n)[None])[0]
-        preds.append(out[s * pairs:])
-        # the next block's feature at position i is this step's prediction of f_i (from row i-1)
-        inputs.append(torch.cat([torch.zeros(1, out.shape[-1]), preds[-1][:-1]]))
-    return preds
-
-
-def heldout_report(head, data: RegenSet, feats: FeatureSet, heldout: list[int], evaluate=None) -> dict:
-    """`evaluate` (default `evaluate_head`; `evaluate_eagle3` for EAGLE-3 heads) on the held-out
-    prompts, and again on those of them whose prompt ShareGPT holds only once
-    (`unique_heldout`), which no training stage can have seen."""
-    if not heldout:
-        return {}
-    evaluate = evaluate or evaluate_head
-    unique = sorted(set(unique_heldout(data)) & set(heldout))
-    report = evaluate(head, data, feats, heldout)
-    report["heldout_unique_prompts"] = {"prompts": len(unique), **({k: v for k, v in evaluate(
-        head, data, feats, unique).items() if k != "rank_accuracy"} if unique else {})}
-    return report
-
-
-def evaluate_saved_head(path: Path, target: LlamaForCausalLM | None = None, data: RegenSet | None = None,
-                        prompts: int | None = None, split: str = "heldout") -> dict:
-    """`python -m lab evaluate NAME`: re-score a saved EAGLE-1 or EAGLE-3 head on the held-out
-    prompts its training evaluated and write the figures, with the command and commit that
-    produced them, into its manifest under "evaluation" (the training figures stay as they
-    were). Only the scored sequences' features are computed (cached), so this takes a minute
-    or two on a CPU. `prompts` overrides how many prompts (a head trained with `--eval-prompts
-    0` evaluated none). `split="train"` scores the same figures on the first training prompts
-    instead, under "evaluation_train": set beside the held-out ones they show how much of a
-    head's accuracy is memorised."""
-    if split not in ("heldout", "train"):
-        raise LabError(f"unknown split {split!r}: choose heldout or train")
-    manifest_path = path.with_suffix(".json")
-    if not path.exists() or not manifest_path.exists():
-        raise LabError(f"no head or manifest at {path}: train it first with `python -m lab train eagle1|eagle3 --name {path.stem}`")
-    manifest = json.loads(manifest_path.read_text())
-    target = target if target is not None else load_target()
-    count = prompts if prompts is not None else manifest["data"]["heldout_prompts_evaluated"]
-    if not count:
-        raise LabError(f"{path.stem} was trained without a held-out evaluation: give --prompts N (64 is the usual)")
-    sampled = manifest["data"].get("answers") == "sampled at T = 1"
-    scored = (data if data is not None else load_regen(sampled)).subset(split, count)
-    indices = list(range(len(scored.split)))
-    if manifest["variant"] == "eagle3":
-        from ..eagle3 import load_head as load_eagle3
-        from .eagle3 import cached_layers, evaluate_eagle3  # local: train.eagle3 builds on this module
-        head, layers, evaluate = load_eagle3(target, path=path), cached_layers(target), evaluate_eagle3
-    else:
-        head = load_head(target, manifest["variant"], path)
-        layers, evaluate = head.feature_layers, evaluate_head
-    feats = target_features(target, scored, layers)
-    if split == "heldout":
-        figures = heldout_report(head, scored, feats, indices, evaluate)
-    else:  # the evaluators name their figures for the held-out set; these are not
-        figures = {key.removeprefix("heldout_"): value for key, value in evaluate(head, scored, feats, indices).items()}
-    report = {"command": command_line(), "commit": git_commit(), "prompts": len(indices), **figures}
-    write_json(manifest_path, {**manifest, "evaluation" if split == "heldout" else "evaluation_train": report})
-    return report
-
-
-class ChainTally:
-    """Chain acceptance over chains of drafts rooted at each position: P(depths 1..d all
-    right), over chains whose every step drafts a response token, and n-alpha: the share of
-    chains right at depth d among those right at depths 1..d-1, EAGLE's acceptance at depth d
-    given that the earlier drafts were accepted. Both ratios at depth d count only chains
-    that reach depth d, so n-alpha is a true conditional frequency (never above 1); dividing
-    chain(d) by chain(d-1) instead mixes two sets of chains (those near a sequence's end reach
-    only d-1)."""
-
-    def __init__(self, depths: int):
-        self.hits, self.count, self.given = np.zeros(depths), np.zeros(depths), np.zeros(depths)
-
-    def add(self, right: torch.Tensor, valid: torch.Tensor) -> None:
-        """right, valid: bool [depths, n], indexed by the chain's root position."""
-        for d in range(len(self.hits)):
-            reach = valid[: d + 1].all(0)
-            earlier = right[:d].all(0) & reach
-            self.hits[d] += int((earlier & right[d]).sum())
-            self.given[d] += int(earlier.sum())
-            self.count[d] += int(reach.sum())
-
-    def report(self) -> dict:
-        chain = self.hits / np.maximum(self.count, 1)
-        return {"heldout_chain_acceptance_by_depth": [round(float(x), 4) for x in chain],
-                "heldout_n_alpha": [round(float(h / g), 4) if g else None for h, g in zip(self.hits, self.given)]}
-
-
-def evaluate_head(head: EagleHead, data: RegenSet, feats: FeatureSet, indices: list[int],
-                  depths: int = EVAL_DEPTHS, ranks: int = 10) -> dict:
-    """Held-out top-1 agreement with the target's greedy token at depth 1..`depths`, the
-    depth-1 accuracy of each rank (for EAGLE-1's static tree), feature drift, and chain
-    acceptance (`ChainTally`)."""
-    hits, cos, rel, count = np.zeros(depths), np.zeros(depths), np.zeros(depths), np.zeros(depths)
-    rank_hits, chains = np.zeros(ranks), ChainTally(depths)
-    hidden = head.body.config.hidden_size
-    for i in indices:
-        ids = torch.from_numpy(data.ids(i))
-        f = torch.from_numpy(feats[i].astype(np.float32))
-        prompt_len = int(data.prompt_lens[i])
-        preds = unrolled_predictions(head, f, ids, depths)
-        truth = f[1:, -hidden:]
-        pairs = len(preds[0])
-        right, valid = torch.zeros(depths, pairs, dtype=torch.bool), torch.zeros(depths, pairs, dtype=torch.bool)
-        for s, pred in enumerate(preds):
-            rows = torch.arange(len(pred))
-            ok = (rows >= s) & (rows + 2 >= prompt_len) & (rows + 2 < len(ids))
-            logits = head.logits(pred[ok])
-            correct = logits.argmax(-1) == ids[rows[ok] + 2]
-            hits[s] += int(correct.sum())
-            by_row = torch.zeros(pairs, dtype=torch.bool)
-            by_row[rows[ok]] = correct
-            right[s, : pairs - s], valid[s, : pairs - s] = by_row[s:], ok[s:]  # row c+s is step s of the chain from c
-            cos[s] += float(F.cosine_similarity(pred[ok], truth[ok], dim=-1).sum())
-            rel[s] += float(((pred[ok] - truth[ok]).norm(dim=-1) / truth[ok].norm(dim=-1)).sum())
-            count[s] += int(ok.sum())
-            if s == 0:
-                top = torch.topk(logits, ranks, dim=-1).indices
-                rank_hits += (top == ids[rows[ok] + 2][:, None]).sum(0).numpy()
-        chains.add(right, valid)
-    count = np.maximum(count, 1)
-    return {"heldout_top1_agreement_by_depth": [round(float(x), 4) for x in hits / count],
-            "heldout_feature_cosine_by_depth": [round(float(x), 4) for x in cos / count],
-            "heldout_feature_relative_l2_by_depth": [round(float(x), 4) for x in rel / count],
-            "heldout_positions": int(count[0]),
-            "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]], **chains.report()}

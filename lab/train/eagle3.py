@@ -12,9 +12,8 @@
    argmax lies inside the vocabulary (computed once per sequence: `target_argmax`).
    Loss = sum over steps of 0.8^s x the step's mean soft cross-entropy. AdamW (0.9, 0.95),
    gradient clipping 0.5, warm-up then cosine over the budget, checkpoints, `--resume`.
-3. Evaluation on the held-out prompts: top-1 agreement with the target's greedy token at draft
-   depth 1..6 (the same positions as the EAGLE-1 head's figures), chain acceptance (depths 1..d
-   all right) and n-alpha (depth n right given the earlier ones were).
+3. Evaluation on the held-out prompts by the one evaluator of every head kind
+   (`lab.train.evaluate`), written into the manifest under "evaluation".
 
 Under `torchrun --nproc_per_node N` the same command trains with DistributedDataParallel (gloo
 on a CPU, NCCL on a GPU): every rank draws the same global batch and computes its own share of
@@ -44,7 +43,9 @@ from ..paths import CACHE_DIR
 from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .distill import set_lr
-from .eagle import EVAL_DEPTHS, MAX_LEN, ChainTally, FeatureSet, heldout_report, target_features
+from .eagle import MAX_LEN
+from .evaluate import heldout_evaluation
+from .features import FeatureSet, target_features
 from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
 
 STEPS = 7
@@ -197,43 +198,6 @@ def ttt_attention_mask(positions: int, steps: int) -> torch.Tensor:
         for r in range(1, s + 1):
             mask[rows, r * positions + index] = True
     return mask
-
-
-# ---- evaluation ---------------------------------------------------------------------------
-
-@torch.no_grad()
-def evaluate_eagle3(head: Eagle3Head, data: RegenSet, feats: FeatureSet, indices: list[int],
-                    depths: int = EVAL_DEPTHS, ranks: int = 10) -> dict:
-    """Held-out top-1 agreement with the target's greedy token (the regenerated response's next
-    token) at draft depth 1..`depths`, on the positions EAGLE-1's `evaluate_head` scores; chain
-    acceptance P(depths 1..d all right) over chains whose d-th token is a response token; and
-    n-alpha = chain(d) / chain(d-1), EAGLE's acceptance at depth d given the earlier drafts; and
-    the depth-1 accuracy of each rank (for EAGLE-1's static tree shape)."""
-    hidden = head.config.hidden_size
-    hits, count, rank_hits, chains = np.zeros(depths), np.zeros(depths), np.zeros(ranks), ChainTally(depths)
-    for i in indices:
-        ids = data.ids(i)
-        features, tokens, _, pad, start = make_batch([(ids, feats[i], int(data.prompt_lens[i]))], hidden, head.taps)
-        outs = head(features, tokens, pad, depths)
-        n = pad.shape[1]
-        right = torch.zeros(depths, n, dtype=torch.bool)  # right[s, t]: the chain from t is right at step s
-        valid = torch.zeros(depths, n, dtype=torch.bool)
-        for s in range(depths):
-            keep = step_positions(pad, start, s)[0]
-            logits = head.logits(outs[s][0])
-            truth = torch.from_numpy(ids).long()[torch.clamp(torch.arange(n) + s + 2, max=len(ids) - 1)]
-            ok = keep & (torch.arange(n) + s + 2 < len(ids))
-            right[s], valid[s] = (head.vocab[logits.argmax(-1)] == truth) & ok, ok
-            hits[s] += int(right[s].sum())
-            count[s] += int(ok.sum())
-            if s == 0:
-                top = head.vocab[torch.topk(logits[ok], ranks, dim=-1).indices]
-                rank_hits += (top == truth[ok][:, None]).sum(0).numpy()
-        chains.add(right, valid)
-    count = np.maximum(count, 1)
-    return {"heldout_top1_agreement_by_depth": [round(float(x), 4) for x in hits / count],
-            "heldout_positions": int(count[0]),
-            "rank_accuracy": [round(float(x), 4) for x in rank_hits / count[0]], **chains.report()}
 
 
 # ---- training -----------------------------------------------------------------------------
@@ -451,6 +415,6 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
         budget_key(torch.device(settings["device"])): round(spent / 60, 2),
         "steps": step, "max_steps": max_steps,
         "loss_first_20": _by_step(first, steps), "loss_last_20": _by_step(last, steps),
-        **heldout_report(head, data, feature_sets[0], heldout, evaluate_eagle3),
+        **({"evaluation": heldout_evaluation(head, data, feature_sets[0], len(heldout))} if heldout else {}),
     }
 

@@ -34,7 +34,7 @@ def measure(batches: int = 6, batch: int = 8, seed: int = 0) -> dict:
     from lab.eagle3 import Eagle3Head
     from lab.models import load_target
     from lab.train import eagle3
-    from lab.train.eagle import target_features
+    from lab.train.features import target_features
     from lab.train.regen import load_regen, training_items
 
     torch.manual_seed(seed)
