@@ -135,3 +135,18 @@ def test_eagle3_full_on_the_old_prompt_set_matches_the_independent_rescoring():
     report = evaluate(head, data, target_features(target, data, evaluation_layers(head), progress=False),
                       list(range(64)), depths=1)
     assert abs(report["top1_by_depth"]["rate"][0] - 0.463) <= 0.01
+
+
+def test_each_tuned_static_tree_keeps_the_shape_of_its_heads_current_figures():
+    """A static tree is shaped at run time from its head's per-rank accuracy (the manifest's
+    "evaluation"). The tree size each tuning chose must still get the shape it was tuned with:
+    otherwise its recorded tau and speed-up describe another tree, and it must be tuned again."""
+    from lab.drafters import static_shape
+    from lab.eagle import rank_accuracy_of
+    for path in sorted(HEAD_DIR.glob("tree_choice*.json")):
+        tuning = json.loads(path.read_text())
+        chosen = tuning["choice"]
+        current = rank_accuracy_of(json.loads((HEAD_DIR / f"{tuning['head']}.json").read_text()))
+        tuned = static_shape(chosen["total_tokens"], chosen["depth"], tuning["rank_accuracy"])
+        assert static_shape(chosen["total_tokens"], chosen["depth"], current) == tuned, \
+            f"{path.name}: retune with `python -m lab tune tree --head ... --name {tuning['head']}`"
