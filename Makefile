@@ -317,7 +317,7 @@ clean-cache:
 # tokens of ShareGPT replies (the shipped EAGLE-1 head's data), float32 features. The machine
 # needs no ShareGPT wheel once the replies are cached under .cache/regen here (`python -c "from
 # lab.train.regen import sharegpt_replies; sharegpt_replies(980000)"`, seconds); evaluate
-# afterwards on a CPU with `python -m lab evaluate eagle3-gpu --prompts 64` (and eagle1-gpu).
+# afterwards on a CPU with `python -m lab evaluate eagle3-gpu eagle1-gpu`.
 GPU_MINUTES ?= 3.5
 gpu-heads:
 	python3 -m lab train eagle3 --device cuda --batch 64 --replies 980000 --minutes $(GPU_MINUTES) \
