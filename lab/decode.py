@@ -227,7 +227,8 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
                 raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
             cycle = timed("score_seconds", _tree_cycle, target, context, proposal, kernel, sampling, rng, layers)
         else:
-            cycle = timed("score_seconds", _chain_cycle, target, context, *proposal, kernel, sampling, rng, layers, rule)
+            cycle = timed("score_seconds", _chain_cycle, target, context, *proposal, kernel, sampling, rng, layers,
+                          rule)
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ

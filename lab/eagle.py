@@ -17,23 +17,16 @@ the accepted nodes, so their true features replace the head's guesses before the
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .engine import engine_for
 from .errors import LabError
 from .exact import fast_linear
-from .models import TARGET_NAME
-from .paths import DATA_DIR
+from .models import TARGET_NAME, engine_for
 
 VARIANTS = {"eagle1": ("feature", "token"), "no-token": ("feature",), "token-only": ("token",)}
-HEAD_DIR = DATA_DIR / "eagle"
 
 
 class EagleHead(nn.Module):
@@ -85,6 +78,12 @@ class EagleHead(nn.Module):
     def drafter_state(self) -> "Eagle1Cache":
         return Eagle1Cache(self)
 
+    def metadata(self) -> dict[str, str]:
+        """What a saved file of this head records, so that a load can check it (lab.heads)."""
+        cfg = self.body.config
+        return {"variant": self.variant, "target": TARGET_NAME, "hidden_size": str(cfg.hidden_size),
+                "vocab_size": str(cfg.vocab_size)}
+
     def own_state(self) -> dict[str, torch.Tensor]:
         """The tensors the head owns (not the shared embedding and LM head)."""
         return {k: v for k, v in self.state_dict().items()
@@ -119,84 +118,3 @@ class Eagle1Cache:
         embeds = self.head.fuse(states, tokens.to(self.device), self.fc)
         return self.engine.forward(None, mask=mask, positions=positions, hidden_layers=(1,), embeds=embeds,
                                    logits=False).hidden[1]
-
-
-def head_path(variant: str) -> Path:
-    return HEAD_DIR / f"{variant}.safetensors"
-
-
-def _metadata(head: EagleHead) -> dict[str, str]:
-    cfg = head.body.config
-    return {"variant": head.variant, "target": TARGET_NAME, "hidden_size": str(cfg.hidden_size),
-            "vocab_size": str(cfg.vocab_size)}
-
-
-def save_head(head: EagleHead, path: Path) -> None:
-    """fp16 safetensors; with its variant and target recorded so a mismatch is caught on load."""
-    from .artifacts import atomic_write
-    state = {k: v.detach().half().contiguous() for k, v in head.own_state().items()}
-    atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=_metadata(head)))
-
-
-def load_head(target: LlamaForCausalLM, variant: str = "eagle1", path: Path | None = None) -> EagleHead:
-    """A trained head (default: the shipped data/eagle/<variant>.safetensors) tied to `target`."""
-    path = path or head_path(variant)
-    if not path.exists():
-        raise LabError(f"no EAGLE head at {path}: run `python -m lab train eagle1 --variant {variant}`")
-    head = EagleHead(target, variant)
-    with safe_open(str(path), "pt") as f:
-        meta, state = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
-    expected = head.own_state()
-    if meta != _metadata(head) or set(state) != set(expected) or any(state[k].shape != expected[k].shape for k in state):
-        raise LabError(f"{path} was trained for a different target or head shape ({meta or 'no metadata'}): "
-                       f"retrain it with `python -m lab train eagle1 --variant {variant}`")
-    head.load_state_dict({k: v.to(target.dtype) for k, v in state.items()}, strict=False)
-    return head.eval()
-
-
-def head_manifest(variant: str = "eagle1") -> dict:
-    path = head_path(variant).with_suffix(".json")
-    if not path.exists():
-        raise LabError(f"no manifest at {path}: run `python -m lab train eagle1 --variant {variant}`")
-    return json.loads(path.read_text())
-
-
-def rank_accuracy_of(manifest: dict) -> list[float]:
-    """Per-rank depth-1 accuracy from a head's manifest (EAGLE-1 or EAGLE-3), as the held-out
-    evaluator (`lab.train.evaluate`) wrote it under "evaluation"."""
-    figures = manifest.get("evaluation", {})
-    if "rank_accuracy" not in figures or "evaluator_version" not in figures:
-        raise LabError(f"{manifest['artifact']} has no held-out figures of the current evaluator: run "
-                       f"`python -m lab evaluate {Path(manifest['artifact']).stem}`")
-    return figures["rank_accuracy"]
-
-
-def training_budget(manifest: dict) -> dict:
-    """What a head cost in all: CPU (and GPU) minutes and steps summed over its warm-start chain
-    (a head trained with `--init` continues another head), and the training tokens of its last
-    stage (regenerated responses plus any ShareGPT replies; each stage here kept the earlier data)."""
-    chain = warm_start_chain(manifest)
-    data = manifest["data"]
-    return {"cpu_minutes": sum(m.get("cpu_budget_minutes", 0.0) for m in chain),
-            "gpu_minutes": sum(m.get("gpu_budget_minutes", 0.0) for m in chain),
-            "steps": sum(m["steps"] for m in chain), "stages": len(chain),
-            "train_tokens": data["train_response_tokens"] + data.get("sharegpt_reply_tokens", 0)}
-
-
-def warm_start_chain(manifest: dict) -> list[dict]:
-    """A head's manifest, then those of the heads it continued (`--init`), newest first."""
-    chain, m = [], manifest
-    while m is not None:
-        chain.append(m)
-        m = (m.get("init") or {}).get("manifest")
-    return chain
-
-
-def passes(manifest: dict) -> float:
-    """How many times each training sequence was drawn, in expectation, summed over the head's
-    warm-start chain: steps x sequences per batch / training sequences, per stage. Every stage
-    here trained on the regenerated answers (some also on ShareGPT's replies), so this is how
-    often a regenerated training prompt was seen: what memorising it scales with."""
-    def batch(m: dict) -> int:  # EAGLE-3 manifests name it for the global batch of all processes
-        return m["optimiser"].get("global_batch_sequences", m["optimiser"].get("batch_sequences"))
-    return sum(m["steps"] * batch(m) / m["data"]["train_sequences"] for m in warm_start_chain(manifest))

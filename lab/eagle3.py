@@ -30,9 +30,7 @@ from .artifacts import atomic_write
 from .errors import LabError
 from .exact import fast_linear
 from .models import TARGET_NAME
-from .paths import DATA_DIR, EAGLE3_SHIPPED
 
-HEAD_DIR = DATA_DIR / "eagle"
 
 
 def feature_layers(num_layers: int) -> tuple[int, int, int]:
@@ -214,6 +212,12 @@ class Eagle3Head(nn.Module):
                 rows: torch.Tensor | None = None) -> list[torch.Tensor]:
         return self.unrolled(features, tokens, pad, steps, rows)  # what DistributedDataParallel calls
 
+    def metadata(self) -> dict[str, str]:
+        """What a saved file of this head records, so that a load can check it (lab.heads)."""
+        return {"variant": "eagle3", "taps": self.taps, "target": TARGET_NAME,
+                "hidden_size": str(self.config.hidden_size), "vocab_size": str(self.config.vocab_size),
+                "draft_vocab_size": str(len(self.vocab))}
+
     def own_state(self) -> dict[str, torch.Tensor]:
         """The tensors the head owns (not the shared embedding)."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith("embed_tokens")}
@@ -277,52 +281,7 @@ class Eagle3Cache:
         return self.head.midlayer.finish(states, attended, self.proj)
 
 
-# ---- files: the lab's own (fp16, with metadata) and the serving engines' layout ------------
-
-def head_path(name: str = EAGLE3_SHIPPED) -> Path:
-    return HEAD_DIR / f"{name}.safetensors"
-
-
-def _metadata(head: Eagle3Head) -> dict[str, str]:
-    return {"variant": "eagle3", "taps": head.taps, "target": TARGET_NAME, "hidden_size": str(head.config.hidden_size),
-            "vocab_size": str(head.config.vocab_size), "draft_vocab_size": str(len(head.vocab))}
-
-
-def save_head(head: Eagle3Head, path: Path) -> None:
-    """fp16 safetensors of the head's own tensors (the vocabulary as int64), with metadata
-    that a load checks against the target."""
-    state = {k: (v if k == "vocab" else v.detach().half()).contiguous() for k, v in head.own_state().items()}
-    atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=_metadata(head)))
-
-
-def _rebuild(name: str) -> str:
-    """The command that makes the head file `name`: the shipped head takes two stages."""
-    return "make eagle3-full" if name == EAGLE3_SHIPPED else f"python -m lab train eagle3 --name {name}"
-
-
-def load_head(target, name: str = EAGLE3_SHIPPED, path: Path | None = None) -> Eagle3Head:
-    """A trained EAGLE-3 head (default: the shipped data/eagle/<name>.safetensors) tied to `target`."""
-    path = path or head_path(name)
-    if not path.exists():
-        raise LabError(f"no EAGLE-3 head at {path}: run `{_rebuild(name)}`")
-    with safe_open(str(path), "pt") as f:
-        meta, state = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
-    if "vocab" not in state:
-        raise LabError(f"{path} is not an EAGLE-3 head (no draft vocabulary): load it with lab.eagle.load_head")
-    head = Eagle3Head(target, state["vocab"], meta.get("taps", "fused"))
-    if meta != _metadata(head) or set(state) != set(head.own_state()):
-        raise LabError(f"{path} was trained for another target or head shape ({meta or 'no metadata'}): "
-                       f"retrain it with `{_rebuild(name)}`")
-    head.load_state_dict({k: v if k == "vocab" else v.to(target.dtype) for k, v in state.items()}, strict=False)
-    return head.eval()
-
-
-def head_manifest(name: str = EAGLE3_SHIPPED) -> dict:
-    path = head_path(name).with_suffix(".json")
-    if not path.exists():
-        raise LabError(f"no manifest at {path}: run `{_rebuild(name)}`")
-    return json.loads(path.read_text())
-
+# ---- the serving engines' layout (the lab's own files: lab/heads.py) ----------------------------
 
 EXPORT_KEYS = ("fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
                *(f"midlayer.{n}.weight" for n in (

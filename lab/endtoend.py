@@ -82,7 +82,8 @@ def methods_for(setting: Setting, methods: list[str]) -> tuple[list[str], dict[s
     defined for greedy decoding only (lab/decode.py refuses them when sampling)."""
     if setting.temperature == 0:
         return list(methods), {}
-    left_out = {m: "greedy only: its acceptance rule is defined at temperature 0" for m in methods if m in LOSSY_METHODS}
+    left_out = {m: "greedy only: its acceptance rule is defined at temperature 0"
+                for m in methods if m in LOSSY_METHODS}
     return [m for m in methods if m not in left_out], left_out
 
 
@@ -170,17 +171,6 @@ def run_end_to_end(args: argparse.Namespace, setup: Setup, path: Path | None = N
     if not todo:  # nothing ran: the file stays as it was
         result = json.loads(path.read_text())
     return result
-
-
-def prepare(argv: list[str]) -> tuple[argparse.Namespace, Setup]:
-    """Parse an `endtoend` argument list with the lab's own parser and load the models every
-    method needs, once (`python -m lab bench`'s loading: `bench_setup`)."""
-    from .__main__ import bench_setup, build_parser
-    args = build_parser().parse_args(["endtoend", *[a for a in argv if a != "endtoend"]])
-    args.argv = ["endtoend", *[a for a in argv if a != "endtoend"]]
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    parse_settings(args.settings)  # a bad --settings fails before any loading
-    return args, bench_setup(args, methods)
 
 
 def format_end_to_end(result: dict) -> str:

@@ -6,19 +6,17 @@ positions (tree drafts), crop or compact the cache to the accepted positions, an
 hidden states of chosen layers (EAGLE's features). AR decoding, two-model speculative
 decoding and the draft model itself all go through it, so a faster forward helps all alike.
 
-`engine_for(model)` picks the forward for a model's dtype: float32 runs here, on transformers
-(the reference, and the default: the shipped heads were trained on its features); bfloat16
-runs on lab/exact.py's `ExactEngine`, which is batch-invariant and so exact, and faster.
+`lab.models.engine_for(model)` picks the forward for a model's dtype: float32 runs here, on
+transformers (the reference, and the default: the shipped heads were trained on its features);
+bfloat16 runs on lab/exact.py's `ExactEngine`, which is batch-invariant and so exact, and faster.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, LlamaForCausalLM
 
-from .errors import LabError
 
 
 @dataclass
@@ -38,29 +36,6 @@ def allowed_keys(mask: torch.Tensor | None, n: int, cached: int) -> torch.Tensor
     if mask.shape == (n, cached + n):
         return mask.bool().cpu()
     raise ValueError(f"mask must be [{n}, {n}] or [{n}, {cached + n}], got {tuple(mask.shape)}")
-
-
-def _exact(model: LlamaForCausalLM) -> bool:
-    # LAB_ENGINE=transformers keeps a bfloat16 model on transformers (`bench --engine transformers`):
-    # the inexact path, for comparisons and profiles
-    forced = os.environ.get("LAB_ENGINE", "auto")
-    if forced not in ("auto", "transformers"):
-        raise LabError(f"LAB_ENGINE={forced!r}: use auto (the default) or transformers")
-    return forced == "auto" and model.dtype == torch.bfloat16 and model.device.type == "cpu"
-
-
-def engine_for(model: LlamaForCausalLM) -> "Engine":
-    """`ExactEngine` for a bfloat16 model on the CPU, `Engine` otherwise (same interface)."""
-    if _exact(model):
-        from .exact import ExactEngine
-        return ExactEngine(model)
-    return Engine(model)
-
-
-def engine_kind(model: LlamaForCausalLM) -> str:
-    """Which forward `engine_for(model)` runs, as a result records it (`config.engine`)."""
-    dtype = str(model.dtype).removeprefix("torch.")
-    return f"lab.exact ({dtype}, batch-invariant)" if _exact(model) else f"transformers ({dtype})"
 
 
 class Engine:

@@ -138,14 +138,16 @@ def token_features(target, examples: list[Labelled], layers: list[int]) -> dict:
         engine = Engine(target)
         scored = engine.forward(ex.ids, hidden_layers=tuple(layers))
         rows = [ex.answer_start + i for i, y in enumerate(ex.labels) if y >= 0]
-        from_logits.append(logit_features(scored.logits[[r - 1 for r in rows]], torch.tensor([ex.ids[r] for r in rows])))
+        from_logits.append(logit_features(scored.logits[[r - 1 for r in rows]],
+                                          torch.tensor([ex.ids[r] for r in rows])))
         for layer in layers:
             feats[layer].append(scored.hidden[layer][rows].float())
         labels += [y for y in ex.labels if y >= 0]
         groups += [ex.problem] * len(rows)
         sources += [ex.source] * len(rows)
     from_logits = torch.cat(from_logits).cpu()
-    return {"features": {layer: torch.cat(f).numpy() for layer, f in feats.items()}, "logit_features": from_logits.numpy(),
+    return {"features": {layer: torch.cat(f).numpy() for layer, f in feats.items()},
+            "logit_features": from_logits.numpy(),
             "labels": labels, "groups": groups, "sources": sources,
             "token_probability": from_logits[:, 0].exp().tolist(), "entropy": from_logits[:, 1].tolist()}
 
@@ -174,7 +176,8 @@ class Probe:
         """P(correct) for hidden states [n, H] (and, for a head that reads them, logit features [n, 2])."""
         if self.reads_logits != (from_logits is not None):
             raise LabError("this judge head reads the token's log-probability and entropy too: pass `logit_features`"
-                           if self.reads_logits else "this judge head reads the hidden state only: pass no logit features")
+                           if self.reads_logits
+                           else "this judge head reads the hidden state only: pass no logit features")
         x = hidden.float() if from_logits is None else torch.cat([hidden.float(), from_logits.float()], 1)
         return torch.sigmoid((x - self.mean) / self.std @ self.weight + self.bias)
 
@@ -211,8 +214,8 @@ def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DI
     """The head (577 numbers for SmolLM2's 576-wide states) and its threshold, with the manifest."""
     from .artifacts import repo_path, write_json
     write_json(path, {**manifest, "artifact": repo_path(path), "layer": probe.layer,
-                      "reads_logits": probe.reads_logits, "delta": delta, "bias": probe.bias, "weight": probe.weight.tolist(),
-                      "mean": probe.mean.tolist(), "std": probe.std.tolist()})
+                      "reads_logits": probe.reads_logits, "delta": delta, "bias": probe.bias,
+                      "weight": probe.weight.tolist(), "mean": probe.mean.tolist(), "std": probe.std.tolist()})
     return path
 
 

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from .engine import engine_for
+from .models import engine_for
 
 
 def parameter_bytes(model: torch.nn.Module) -> int:
@@ -197,7 +197,8 @@ def batched_vs_incremental(model: torch.nn.Module, ids: list[int], start: int,
     diff = (full - steps).abs().max(-1).values
     top2 = torch.topk(full, 2, dim=-1).values
     gap = top2[:, 0] - top2[:, 1]
-    return {"positions": len(diff), "identical": bool(torch.equal(full, steps)), "max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
+    return {"positions": len(diff), "identical": bool(torch.equal(full, steps)), "max_abs_diff": float(diff.max()),
+            "mean_abs_diff": float(diff.mean()),
             "argmax_flips": int((full.argmax(-1) != steps.argmax(-1)).sum()),
             "min_top2_gap": float(gap.min()), "gaps_below_1e-3": int((gap < 1e-3).sum())}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -15,7 +16,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from .engine import Engine
 from .errors import LabError
+from .exact import ExactEngine
 from .paths import CACHE_DIR
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -139,3 +142,25 @@ def load_draft(target: LlamaForCausalLM, n_layers: int) -> LlamaForCausalLM:
                        f"`python -m lab train draft --layers {n_layers}`")
     draft.load_state_dict({k: v.to(target.dtype) for k, v in state.items()}, strict=False)
     return draft.eval()
+
+
+# ---- the forward each model runs ----------------------------------------------------------
+
+def _exact(model: LlamaForCausalLM) -> bool:
+    # LAB_ENGINE=transformers keeps a bfloat16 model on transformers (`bench --engine transformers`):
+    # the inexact path, for comparisons and profiles
+    forced = os.environ.get("LAB_ENGINE", "auto")
+    if forced not in ("auto", "transformers"):
+        raise LabError(f"LAB_ENGINE={forced!r}: use auto (the default) or transformers")
+    return forced == "auto" and model.dtype == torch.bfloat16 and model.device.type == "cpu"
+
+
+def engine_for(model: LlamaForCausalLM) -> Engine:
+    """`ExactEngine` for a bfloat16 model on the CPU, `Engine` otherwise (same interface)."""
+    return ExactEngine(model) if _exact(model) else Engine(model)
+
+
+def engine_kind(model: LlamaForCausalLM) -> str:
+    """Which forward `engine_for(model)` runs, as a result records it (`config.engine`)."""
+    dtype = str(model.dtype).removeprefix("torch.")
+    return f"lab.exact ({dtype}, batch-invariant)" if _exact(model) else f"transformers ({dtype})"

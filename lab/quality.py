@@ -11,21 +11,20 @@ quality-against-speed comparison on the evaluation questions, one JSON, resumabl
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 from .artifacts import command_line, git_commit, machine, read_results, write_json
-from .data import HUMANEVAL_INSTRUCTION, chat_ids, humaneval_split
+from .data import chat_ids, humaneval_split
 from .decode import decode
 from .drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
-from .engine import engine_for
+from .mining import Checkable, greedy_answer, judged_tokens
+from .models import engine_for
 from .errors import LabError
 from .paths import DATA_DIR, results_file
 from .sampling import Sampling
-from .sandbox import run_python
-from .tasks import Task, make_tasks
+from .tasks import Task, make_tasks, question_and_check
 
 GREEDY = Sampling()
 
@@ -45,15 +44,6 @@ def expert_drafts(target, tokenizer, problems: list[dict], rule=None, draft_len:
         accepted += out.accepted_per_cycle[:drafted]
     return {"cycles": len(accepted), "accepted_per_cycle": sum(accepted) / max(len(accepted), 1),
             "histogram": accepted}
-
-
-def humaneval_program(problem: dict, answer: str) -> str:
-    """A runnable program from a generated answer: its first code block (or the whole answer),
-    as a whole function if it defines the entry point, else as the body after the prompt."""
-    block = re.search(r"```(?:python)?\n(.*?)(?:```|$)", answer, re.S)
-    code = block.group(1) if block else answer
-    head = code if f"def {problem['entry_point']}" in code else problem["prompt"] + code
-    return f"{head}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
 @dataclass
@@ -90,17 +80,6 @@ class Quality:
         """Target forwards per answer (prefill excluded), what a user waits for. Tokens per forward
         alone rewards a rule that makes answers longer: its extra tokens come cheap."""
         return self.forwards / max(self.question_count, 1)
-
-
-def question_and_check(item: Task | dict) -> tuple[str, str, Callable[[str], bool]]:
-    """A checkable item's kind, the question the target is asked, and the check of an answer's
-    text: a `Task`'s own check, or a HumanEval problem's tests run on the answer in the sandbox.
-    Shared by `answer_quality` and the mined judge labels (lab/mining.py), so that both call the
-    same answer correct."""
-    if isinstance(item, dict):
-        return "humaneval", HUMANEVAL_INSTRUCTION + item["prompt"], \
-            lambda text: run_python(humaneval_program(item, text)).passed
-    return item.kind, item.question, item.check
 
 
 def answer_quality(target, tokenizer, items: list[Task] | list[dict], make_drafter=NoDraft, rule=None,
@@ -146,7 +125,6 @@ def judge_only_tokens(target, tokenizer, task: Task, draft, rule, draft_len: int
     """One question decoded as the sweep decodes it, the 2-layer `draft` proposing and the lossy
     `rule` OR-ed with the target's argmax: the target's own answer, this answer, and every token
     in it that only the rule accepted, as (the draft's token, the target's choice there) text."""
-    from .mining import Checkable, greedy_answer, judged_tokens
     item = Checkable(task.id, "", chat_ids(tokenizer, task.question), task.check, max_new_tokens)
     engine, eos = engine_for(target), tokenizer.eos_token_id
     answer, found = judged_tokens(engine, ModelDraft(draft), rule, item, draft_len, eos)
@@ -193,7 +171,7 @@ def run_inputs(spec: dict, tasks: list[Task]) -> dict:
     """What one run's numbers depend on besides the code: the questions, the decoding sizes and
     the bytes of the files it uses (the 2-layer draft, the EAGLE-1 head, the judge head). A run
     recorded with other inputs is decoded again, so a retrained judge reruns only the judge's runs."""
-    from .eagle import head_path
+    from .heads import head_path
     from .judge import JUDGE_DIR
     from .models import TARGET_NAME, draft_path
     questions = hashlib.sha256("\n".join(t.question for t in tasks).encode()).hexdigest()[:16]
@@ -233,7 +211,7 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     holds with the same inputs (`run_inputs`) are read back, the others decoded and the file
     rewritten atomically after each, so an interrupted sweep resumes where it stopped. Other judge
     heads' runs are kept while their inputs are current. Returns the questions and this sweep's name -> `Quality`."""
-    from .eagle import load_head
+    from .heads import load_head
     from .judge import JUDGE_DIR, JudgeRule, TopKRule, load_judge
     from .models import load_draft
     path = Path(path or sweep_path(fast))
@@ -258,7 +236,7 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
 
     def model(name: str):  # loaded once, and only if a run needs it
         if name not in models:
-            models[name] = load_draft(target, 2) if name == "draft" else load_head(target)
+            models[name] = load_draft(target, 2) if name == "draft" else load_head(target, "eagle1")
         return models[name]
 
     def rule(text: str):

@@ -34,7 +34,8 @@ BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.j
                "bench_eagle3_curriculum_tree24.json", "bench_eagle3_curriculum_humaneval.json",
                "bench_eagle3_curriculum_static.json")
 # Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
-KEY_FIGURES = ("machine.gpu", "steps", "budget_minutes", "cpu_budget_minutes", "gpu_budget_minutes", "train.response_tokens",
+KEY_FIGURES = ("machine.gpu", "steps", "budget_minutes", "cpu_budget_minutes", "gpu_budget_minutes",
+               "train.response_tokens",
                "heldout.prompts", "data.sharegpt_reply_tokens", "heldout_top1_agreement_before",
                "heldout_top1_agreement", "evaluation.evaluator_version", "evaluation.sequences",
                "evaluation.top1_by_depth.rate", "evaluation.top1_by_depth.chains",
@@ -188,7 +189,8 @@ def _exact_bench_again(result: dict) -> str:
     if runs:
         speeds = ", ".join(f"{r['methods']['eagle2']['speedup']:.2f}x" for r in [result, *runs])
         parts.append(f"The same greedy bar, run {len(runs) + 1} times on the same head and tree (this one, then "
-                     f"`make bench-exact-again`: {', '.join(f'[{n[:-5]}](RESULTS.md#{n[:-5]})' for n in EXACT_AGAIN)}): "
+                     "`make bench-exact-again`: "
+                     f"{', '.join(f'[{n[:-5]}](RESULTS.md#{n[:-5]})' for n in EXACT_AGAIN)}): "
                      f"`eagle2` {speeds}.")
     if (RESULTS_DIR / EXACT_CPU_HEAD).exists():
         cpu = _load(RESULTS_DIR / EXACT_CPU_HEAD)["methods"]
@@ -212,11 +214,12 @@ def render_exact_headline() -> str:
         lines += ["", again]
     if EXACT_PEERS.exists():
         peers = _load(EXACT_PEERS)["methods"]
-        best = max((name for name in peers if name not in PEERS and name != "ar"), key=lambda n: peers[n]["tokens_per_s"])
+        best = max((name for name in peers if name not in PEERS and name != "ar"),
+                   key=lambda n: peers[n]["tokens_per_s"])
         lines += ["", f"The yardstick a CPU user would pick instead, llama.cpp on the GGUF file itself (Q4_1 weights, "
                       f"other arithmetic): {peers['llamacpp']['tokens_per_s']:.1f} tok/s against the lab's `{best}` "
-                      f"{peers[best]['tokens_per_s']:.1f} tok/s and `ar` {peers['ar']['tokens_per_s']:.1f} tok/s in the "
-                      f"same run ([{EXACT_PEERS.stem}](#{EXACT_PEERS.stem}))."]
+                      f"{peers[best]['tokens_per_s']:.1f} tok/s and `ar` {peers['ar']['tokens_per_s']:.1f} tok/s "
+                      f"in the same run ([{EXACT_PEERS.stem}](#{EXACT_PEERS.stem}))."]
     # the profiles' first entries only: their tables are in the section on profiles
     firsts = [(title, _load(path)["profile"][0]) for title, path in PROFILES if path.exists()]
     tops = [f"{title}, {top['own_seconds']:.1f} s in `{top['function']}`" for title, top in firsts]
@@ -245,13 +248,14 @@ def _headline_exact(result: dict) -> str:
     m = result["methods"]
     return (f"`eagle2` with head `{head_file(result, 'eagle2')}` {m['eagle2']['speedup']:.2f}x `ar` "
             f"({m['ar']['tokens_per_s']:.0f} tok/s), τ {m['eagle2']['tau']:.2f}, "
-            f"identical to `ar` on {_identical(m['eagle2'])} prompts; transformers' own greedy {_ratio(m, 'hf')}, prompt lookup "
-            f"{_ratio(m, 'hf-pld')}")
+            f"identical to `ar` on {_identical(m['eagle2'])} prompts; transformers' own greedy {_ratio(m, 'hf')}, "
+            f"prompt lookup {_ratio(m, 'hf-pld')}")
 
 
 def _headline_llamacpp(result: dict) -> str:
     m = result["methods"]
-    return (f"the lab's `eagle2` {m['eagle2']['tokens_per_s']:.0f} tok/s, llama.cpp {m['llamacpp']['tokens_per_s']:.0f} "
+    return (f"the lab's `eagle2` {m['eagle2']['tokens_per_s']:.0f} tok/s, "
+            f"llama.cpp {m['llamacpp']['tokens_per_s']:.0f} "
             f"tok/s (its Q4_1 arithmetic differs, so not identical by design)")
 
 
@@ -283,8 +287,10 @@ def render_headline() -> str:
                         f"{result['config'].get('dtype', 'float32')} ([{path.stem}](RESULTS.md#{path.stem})) |")
     if QUALITY_FILE.exists():
         quality = _load(QUALITY_FILE)
-        rows.append(f"| Judge Decoding (lossy) on checkable questions | 07 | {judge_bar(recorded_qualities(quality))} | "
-                    f"{_machine(quality)}, target in float32 ([sweep](RESULTS.md#judge-decoding-quality-against-speed)) |")
+        rows.append("| Judge Decoding (lossy) on checkable questions | 07 | "
+                    f"{judge_bar(recorded_qualities(quality))} | "
+                    f"{_machine(quality)}, target in float32 "
+                    "([sweep](RESULTS.md#judge-decoding-quality-against-speed)) |")
     if len(rows) == 2:
         return "No results recorded yet: `make bench-exact` and `make bench-eagle3` write them."
     return "\n".join(rows)
@@ -315,8 +321,9 @@ def _end_to_end() -> list[str]:
     lines += [f"`{repo_path(END_TO_END)}`: " + _end_to_end_head(result) + ".", "", format_end_to_end(result), ""]
     for key, r in result["settings"].items():
         left_out = r.get("endtoend", {}).get("left_out", {})
-        lines += [f"* `{key}`: `{r['command']}`" + (f"; left out: {', '.join(f'`{m}` ({why})' for m, why in left_out.items())}"
-                                                    if left_out else "")
+        lines += [f"* `{key}`: `{r['command']}`"
+                  + (f"; left out: {', '.join(f'`{m}` ({why})' for m, why in left_out.items())}"
+                     if left_out else "")
                   + (f"; {verification_line(r)}" if r["config"].get("temperature") == 0 else "")]
     return lines + [""]
 
@@ -375,7 +382,8 @@ def render_results() -> str:
     if skipped:
         lines += ["Skipped (no `methods` key, so not a benchmark result): "
                   + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
-    return "\n".join(lines + _end_to_end() + _judge_quality() + _profiles() + _notebooks() + _catalogue() + _tree_choices()).rstrip() + "\n"
+    return "\n".join(lines + _end_to_end() + _judge_quality() + _profiles() + _notebooks() + _catalogue()
+                     + _tree_choices()).rstrip() + "\n"
 
 
 def write_results(path: Path = ROOT / "RESULTS.md", readme: Path = ROOT / "README.md") -> Path:

@@ -19,7 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from .data import HUMANEVAL_INSTRUCTION
 from .errors import LabError
+from .sandbox import run_python
 
 CAPITALS = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Japan": "Tokyo",
             "China": "Beijing", "Russia": "Moscow", "Egypt": "Cairo", "England": "London", "Greece": "Athens",
@@ -122,3 +124,25 @@ def make_tasks(kinds: list[str] | None = None, per_kind: int = 20, seed: int = 0
         space = question_space(kind, split)
         tasks += random.Random(f"{seed}:{kind}").sample(space, min(per_kind, len(space)))
     return tasks
+
+
+# ---- checking an answer: a task's own check, or a HumanEval problem's tests ------------------
+
+def humaneval_program(problem: dict, answer: str) -> str:
+    """A runnable program from a generated answer: its first code block (or the whole answer),
+    as a whole function if it defines the entry point, else as the body after the prompt."""
+    block = re.search(r"```(?:python)?\n(.*?)(?:```|$)", answer, re.S)
+    code = block.group(1) if block else answer
+    head = code if f"def {problem['entry_point']}" in code else problem["prompt"] + code
+    return f"{head}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+
+
+def question_and_check(item: Task | dict) -> tuple[str, str, Callable[[str], bool]]:
+    """A checkable item's kind, the question the target is asked, and the check of an answer's
+    text: a `Task`'s own check, or a HumanEval problem's tests run on the answer in the sandbox.
+    Shared by `answer_quality` and the mined judge labels (lab/mining.py), so that both call the
+    same answer correct."""
+    if isinstance(item, dict):
+        return "humaneval", HUMANEVAL_INSTRUCTION + item["prompt"], \
+            lambda text: run_python(humaneval_program(item, text)).passed
+    return item.kind, item.question, item.check

@@ -186,7 +186,8 @@ def _verdict(record: CycleRecord, node: int, state: str, tokenizer) -> str:
     mass = _mass(record, node)
     sign = "<" if state == "accepted" else "≥"
     left = "" if mass >= 0.9995 else f" (m = {_number(mass)} is what the rejected siblings before it left)"
-    return (f"{state}: the uniform draw u = {_number(u)} gives u·m = {_number(u * mass)} {sign} p = {_number(p)}{left}; "
+    return (f"{state}: the uniform draw u = {_number(u)} gives u·m = {_number(u * mass)} "
+            f"{sign} p = {_number(p)}{left}; "
             f"it passes with probability p/m = {_number(min(p / mass, 1.0) if mass > 0 else 0.0)}")
 
 
@@ -220,7 +221,8 @@ def node_details(record: CycleRecord, node: int, tokenizer) -> list[str]:
     scale = "softmax at temperature 1" if record.greedy else f"at temperature {record.temperature:g}"
     place = (f"{_quoted(tokenizer, tree.tokens[node])}: depth {depth}, rank {siblings.index(node) + 1} of "
              f"{len(siblings)} among its siblings (1 = the draft's top guess)")
-    scores = (f"draft confidence q = {_number(tree.confidences[node])}, path score {_number(math.exp(tree.values[node]))} "
+    scores = (f"draft confidence q = {_number(tree.confidences[node])}, "
+              f"path score {_number(math.exp(tree.values[node]))} "
               "(the product of q from the root)")
     return [place, scores, f"target probability p = {_number(record.target_probs[node])} ({scale})",
             _verdict(record, node, node_states(record)[node], tokenizer), after]
@@ -339,7 +341,8 @@ def cycle_svg(record: CycleRecord, tokenizer, expanded: set[int] | frozenset = f
                      f'stroke-width="{2 if kind in ("accepted", "corrected", "bonus", "root") else 1}"{dash}/>'
                      f'<text x="8" y="16" font-family="monospace" font-size="13" font-weight="bold" '
                      f'fill="{ink}" xml:space="preserve">{html.escape(label)}</text>'
-                     f'<text x="8" y="31" font-family="monospace" font-size="10" fill="{ink}">{html.escape(numbers)}</text>'
+                     f'<text x="8" y="31" font-family="monospace" font-size="10" fill="{ink}">'
+                     f'{html.escape(numbers)}</text>'
                      f'{badge}</g>')
     width = (max(c for c, _ in places.values()) + 1) * COLUMN + 12
     height = LEGEND_H + (max(r for _, r in places.values()) + 1) * ROW

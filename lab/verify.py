@@ -130,8 +130,8 @@ def verify_tree(tokens: list[int], parents: list[int], p: torch.Tensor, uniforms
                 noise: torch.Tensor) -> TreeResult:
     """Stochastic verification of a tree of deterministic (top-k, one-hot) drafts, EAGLE's rule.
 
-    Node 0 is the root (the last committed token); siblings carry distinct tokens; p [N, V] is the target's distribution after
-    each node; uniforms [N] (one per node, used when that node is tried); noise [V] Exp(1) for
+    Node 0 is the root (the last committed token); siblings carry distinct tokens; p [N, V] is the target's distribution
+    after each node; uniforms [N] (one per node, used when that node is tried); noise [V] Exp(1) for
     the single final draw. At the current node the children are tried in order: child x is
     accepted iff p'(x) > 0 and u * mass < p'(x), where p' is p with the rejected siblings zeroed and mass the
     probability left (1 minus the rejected siblings'), i.e. with probability p'(x)/mass. On

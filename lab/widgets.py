@@ -27,9 +27,9 @@ from .costmodel import dtype_name, given_tree, load_choice
 from .data import chat_ids
 from .decode import DecodeResult, decode
 from .drafters import ModelDraft, TreeModelDraft
-from .engine import engine_for
+from .models import engine_for
 from .errors import LabError
-from .paths import EAGLE3_SHIPPED
+from .paths import EAGLE3_SHIPPED, shipped_head
 from .sampling import Sampling
 from .treeview import (
     CycleRecord,
@@ -157,14 +157,15 @@ class DraftTreeInspector(widgets.VBox):
         dtype = dtype_name(setup.target.dtype)
         if method == "eagle3":
             if setup.head3 is None:
-                from .eagle import rank_accuracy_of
-                from .eagle3 import head_manifest, load_head
-                setup.head3, setup.rank_accuracy3 = load_head(setup.target), rank_accuracy_of(head_manifest())
+                from .heads import head_manifest, load_head, rank_accuracy_of
+                name = shipped_head("eagle3")
+                setup.head3, setup.rank_accuracy3 = load_head(setup.target, name), rank_accuracy_of(head_manifest(name))
             setup.eagle3_tree = given_tree(depth, top_k, total, dtype=dtype, head=EAGLE3_SHIPPED, kind="eagle3")
         else:
             if setup.head is None:
-                from .eagle import head_manifest, load_head, rank_accuracy_of
-                setup.head, setup.rank_accuracy = load_head(setup.target), rank_accuracy_of(head_manifest())
+                from .heads import head_manifest, load_head, rank_accuracy_of
+                name = shipped_head("eagle1")
+                setup.head, setup.rank_accuracy = load_head(setup.target, name), rank_accuracy_of(head_manifest(name))
             setup.eagle_tree = given_tree(depth, top_k, total, dtype=dtype)
         return setup.eagle_drafter(method)
 

@@ -202,7 +202,8 @@ def test_the_inspector_draws_and_redraws(ui, jupyter, tmp_path):
             assert page.locator(f"{TREE} svg g.node").count() >= 2
             assert page.locator(f"{TREE} svg path.edge.path").count() >= 1
             assert page.locator(f"{TREE} svg g.node.root").count() == 1
-            assert "eagle2 at temperature" in page.inner_text(".lab-inspector") and "τ = " in page.inner_text(".lab-text")
+            assert ("eagle2 at temperature" in page.inner_text(".lab-inspector")
+                    and "τ = " in page.inner_text(".lab-text"))
             inspector = page.locator(".lab-inspector")
             inspector.screenshot(path=shots / "inspector_eagle2.png")
 
@@ -225,7 +226,8 @@ def test_the_inspector_draws_and_redraws(ui, jupyter, tmp_path):
             before = _tree_markup(page)
             page.select_option(".lab-method select", "sd")
             _wait_for_redraw(page, before)
-            page.wait_for_function("() => document.querySelector('.lab-inspector').innerText.includes('sd at temperature')",
+            page.wait_for_function("() => document.querySelector('.lab-inspector')"
+                                   ".innerText.includes('sd at temperature')",
                                    timeout=DECODE_S * 1000)
             assert "cycle 1 of" in page.inner_text(".lab-inspector")
             assert page.locator(f"{TREE} svg g.node").count() >= 2

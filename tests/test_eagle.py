@@ -10,14 +10,15 @@ import torch
 from lab.data import chat_ids, mt_bench
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft, static_shape
-from lab.eagle import EagleHead, load_head, save_head
+from lab.eagle import EagleHead
+from lab.heads import load_head, save_head
 from lab.engine import Engine
 from lab.errors import LabError
 from lab.exact import bf16_support
 from lab.sampling import Sampling
 from lab.train.eagle import _batch, head_loss, train_head
 from lab.train.evaluate import unroll_mask, unrolled_predictions
-from lab.train.regen import RegenSet, load_regen
+from lab.data import RegenSet, load_regen
 from lab.trees import DraftTree
 from test_decode import ar_runs
 
@@ -38,7 +39,8 @@ def prompts(tokenizer, n):
 
 
 def drafters(head):
-    return [EagleDraft(head, "dynamic", 4, 3, 12), EagleDraft(head, "static", shape=static_shape(12, 4, [0.5, 0.2, 0.1]))]
+    return [EagleDraft(head, "dynamic", 4, 3, 12),
+            EagleDraft(head, "static", shape=static_shape(12, 4, [0.5, 0.2, 0.1]))]
 
 
 def assert_eagle_equals_ar(model, drafters, tokenizer, references, new_tokens) -> list[float]:
@@ -81,7 +83,7 @@ def test_an_eagle_chain_is_the_head_top1_and_takes_a_lossy_rule(tiny, tokenizer)
 @pytest.mark.slow
 def test_eagle_equals_ar_real(target, tokenizer, real_ar):
     """The shipped head on 20 MT-Bench prompts: exactly AR's tokens, and it does accept drafts."""
-    taus = assert_eagle_equals_ar(target, drafters(load_head(target)), tokenizer, real_ar(20, 24), 24)
+    taus = assert_eagle_equals_ar(target, drafters(load_head(target, "eagle1")), tokenizer, real_ar(20, 24), 24)
     assert min(taus) > 1.3
 
 
@@ -174,7 +176,8 @@ def small_set(n=12, heldout=2, start=3):
     """n regenerated sequences from `start` on, the first `heldout` of them held out (from 3 on,
     the held-out ones have prompts ShareGPT holds once, which the evaluator scores)."""
     d = load_regen()
-    return RegenSet(d.tokens[d.offsets[start]: d.offsets[start + n]], d.offsets[start: start + n + 1] - d.offsets[start],
+    return RegenSet(d.tokens[d.offsets[start]: d.offsets[start + n]],
+                    d.offsets[start: start + n + 1] - d.offsets[start],
                     d.prompt_lens[start: start + n], np.array([0] * heldout + [1] * (n - heldout), np.uint8))
 
 
@@ -203,13 +206,17 @@ def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
     assert on_train["positions"] == direct["positions"] != report["positions"]
     with pytest.raises(LabError, match="unknown split"):
         evaluator.evaluate_saved_head(out, target=tiny, data=small_set(), split="test")
-    head = load_head(tiny, "eagle1", out)
-    copy = load_head(tiny, "eagle1", out)
+    head = load_head(tiny, path=out)
+    copy = load_head(tiny, path=out)
+    assert isinstance(head, EagleHead) and head.variant == "eagle1"  # the kind comes from the file itself
     f, t = torch.randn(1, 5, tiny.config.hidden_size), torch.randint(0, 100, (1, 5))
     with torch.no_grad():
         assert torch.equal(head(f, t), copy(f, t))
-    with pytest.raises(LabError, match="different target or head shape"):
-        load_head(tiny, "no-token", out)  # a file of another variant under this name
+    from safetensors.torch import load_file, save_file
+    other = tmp_path / "other.safetensors"  # the same tensors, recorded as trained for another target
+    save_file(load_file(str(out)), str(other), metadata={**head.metadata(), "target": "another-model"})
+    with pytest.raises(LabError, match="another target or head shape"):
+        load_head(tiny, path=other)
 
 
 def test_a_saved_head_loads_back_as_it_was(tiny, tmp_path):
@@ -321,8 +328,8 @@ def test_walked_tau_is_decodes_tau_on_the_exact_engine(target_bf16, tokenizer):
     """On the batch-invariant engine the tuner's walk along AR's continuations reproduces
     decode's tau for dynamic and static trees to the bit."""
     from lab.costmodel import greedy_continuations, walk_tau
-    from lab.engine import engine_for
-    head = load_head(target_bf16)
+    from lab.models import engine_for
+    head = load_head(target_bf16, "eagle1")
     questions = mt_bench()[10:13]
     seqs = greedy_continuations(target_bf16, tokenizer, questions, 48, head.feature_layers)
     shape = static_shape(8, 3, [0.5, 0.2, 0.1])
@@ -380,16 +387,18 @@ def test_monotone_latency_pools_dips_and_keeps_increasing_curves():
 
 
 def test_training_budget_sums_the_warm_start_chain():
-    from lab.eagle import training_budget
+    from lab.heads import training_budget
     first = {"cpu_budget_minutes": 30, "steps": 1500, "data": {"train_response_tokens": 200}, "init": None}
     second = {"cpu_budget_minutes": 45, "steps": 2000, "init": {"path": "x", "manifest": first},
               "data": {"train_response_tokens": 200, "sharegpt_reply_tokens": 400}}
-    assert training_budget(first) == {"cpu_minutes": 30, "gpu_minutes": 0.0, "steps": 1500, "stages": 1, "train_tokens": 200}
-    assert training_budget(second) == {"cpu_minutes": 75, "gpu_minutes": 0.0, "steps": 3500, "stages": 2, "train_tokens": 600}
+    assert training_budget(first) == {"cpu_minutes": 30, "gpu_minutes": 0.0, "steps": 1500, "stages": 1,
+                                      "train_tokens": 200}
+    assert training_budget(second) == {"cpu_minutes": 75, "gpu_minutes": 0.0, "steps": 3500, "stages": 2,
+                                       "train_tokens": 600}
 
 
 def test_passes_sum_each_stage_over_its_own_data():
-    from lab.eagle import passes
+    from lab.heads import passes
     first = {"steps": 100, "optimiser": {"batch_sequences": 8}, "data": {"train_sequences": 400}, "init": None}
     second = {"steps": 50, "optimiser": {"global_batch_sequences": 16}, "data": {"train_sequences": 200},
               "init": {"path": "x", "manifest": first}}
@@ -446,7 +455,7 @@ def test_a_given_tree_takes_the_tuned_vocabulary_and_predictions(tmp_path):
 def test_train_prompts_keeps_the_first_prompts_and_max_steps_sets_the_schedule(tiny, tmp_path):
     import json
 
-    from lab.train.regen import training_items
+    from lab.data import training_items
     data = small_set(12, 2)
     assert [i for _, i, _ in training_items([data], 3)] == [2, 3, 4]
     with pytest.raises(LabError, match="choose 1 to 10"):

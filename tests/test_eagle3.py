@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft
-from lab.eagle3 import Eagle3Head, export_head, feature_layers, import_head, load_head
+from lab.eagle3 import Eagle3Head, export_head, feature_layers, import_head
+from lab.heads import load_head
 from lab.engine import Engine
 from lab.errors import LabError
 from lab.paths import EAGLE3_SHIPPED
@@ -162,7 +163,7 @@ def test_eagle3_static_tree_equals_ar_tiny(tiny, tokenizer):
 @pytest.mark.slow
 def test_eagle3_equals_ar_real(target, tokenizer, real_ar):
     """The shipped head on 20 MT-Bench prompts: exactly AR's tokens, and it accepts drafts."""
-    head = load_head(target)
+    head = load_head(target, EAGLE3_SHIPPED)
     engine, tokens, cycles = Engine(target), 0, 0
     for prompt, ar in real_ar(20, 24):
         out = decode(engine, EagleDraft(head, "dynamic", 4, 4, 12), prompt, 24, GREEDY, 4, 0, tokenizer.eos_token_id)
@@ -443,10 +444,9 @@ def test_the_tuner_prices_eagle3_trees_over_the_heads_own_vocabulary(tiny, token
 def test_tau_at_a_fixed_tree_gives_each_head_its_own_layers(target, tokenizer):
     """The shipped heads of both kinds scored on one shared decoding: each head's tau equals what
     the tuner's measurement gives on continuations decoded with that head's layers alone."""
-    from lab import eagle
     from lab.costmodel import draft_positions, greedy_continuations, measure_trees, tau_at_tree
     from lab.data import mt_bench
-    heads = {"eagle3": load_head(target), "eagle1": eagle.load_head(target)}
+    heads = {"eagle3": load_head(target, EAGLE3_SHIPPED), "eagle1": load_head(target, "eagle1")}
     tree, prompts = (3, 2, 4), mt_bench()[:2]
     shared = tau_at_tree(target, tokenizer, heads, tree, prompts=prompts, max_new_tokens=24, positions=12)
     for name, head in heads.items():

@@ -6,9 +6,9 @@ import json
 import pytest
 
 import lab.endtoend as e2e
-from lab.__main__ import build_parser
+from lab.cli import build_parser, prepare
 from lab.costmodel import batch_speedups
-from lab.endtoend import Setting, bench_command, format_end_to_end, methods_for, parse_settings, prepare, run_end_to_end
+from lab.endtoend import Setting, bench_command, format_end_to_end, methods_for, parse_settings, run_end_to_end
 
 ARGV = ["--target", "tiny", "--methods", "ar,sd", "--limit", "1", "--max-new-tokens", "4", "--seed", "0"]
 
@@ -155,7 +155,7 @@ def test_batch_speedups_follow_the_formula():
 
 def test_heldout_prompts_are_the_regenerated_sets_prompts(tokenizer):
     from lab.data import chat_ids, load_prompts
-    from lab.train.regen import load_regen
+    from lab.data import load_regen
     prompts = load_prompts("sharegpt_heldout", 8)
     heldout = load_regen().subset("heldout", 8)
     assert len(prompts) == 8

@@ -10,7 +10,8 @@ import torch
 
 from lab.decode import decode
 from lab.drafters import NoDraft, TreeModelDraft
-from lab.engine import Engine, engine_for
+from lab.engine import Engine
+from lab.models import engine_for
 from lab.errors import LabError
 from lab.exact import ExactEngine, bf16_support
 from lab.models import make_draft, tiny_target
@@ -190,7 +191,8 @@ def test_a_cpu_without_bfloat16_units_gets_one_line(monkeypatch):
 def _first_two(model, drafter, prompt, sampling, n):
     """Counts of the first two sampled tokens over n seeds (each a fresh decode)."""
     engine = engine_for(model)
-    return Counter(tuple(decode(engine, drafter, prompt, 2, sampling, 2, seed, eos_id=None).tokens) for seed in range(n))
+    return Counter(tuple(decode(engine, drafter, prompt, 2, sampling, 2, seed, eos_id=None).tokens)
+                   for seed in range(n))
 
 
 def _target_pairs(model, prompt, sampling):

@@ -122,7 +122,8 @@ def test_top_k_with_k_one_is_standard_verification(tiny, tokenizer):
     prompt = tokenizer("Top one", add_special_tokens=False).input_ids
     reference = list(range(200, 240))
     standard = decode(Engine(tiny), ReferenceDraft(len(prompt), reference), prompt, 10, GREEDY, 4, 0, None)
-    top1 = decode(Engine(tiny), ReferenceDraft(len(prompt), reference), prompt, 10, GREEDY, 4, 0, None, rule=TopKRule(1))
+    top1 = decode(Engine(tiny), ReferenceDraft(len(prompt), reference), prompt, 10, GREEDY, 4, 0, None,
+                  rule=TopKRule(1))
     assert top1.tokens == standard.tokens
 
 
@@ -261,7 +262,8 @@ def test_a_mined_token_is_read_where_the_judge_reads_it_in_decoding(tiny, other,
         for layer in layers:
             for reads_logits in (False, True):
                 # reading the hidden state, or (with reads_logits) only the draft token's log-probability
-                weight = torch.cat([torch.zeros(64), torch.tensor([1.0, 0.0])]) if reads_logits else torch.linspace(-3, 3, 64)
+                weight = (torch.cat([torch.zeros(64), torch.tensor([1.0, 0.0])]) if reads_logits
+                          else torch.linspace(-3, 3, 64))
                 probe = Probe(layer, torch.zeros(len(weight)), torch.ones(len(weight)), weight, 0.0, reads_logits)
                 seen = []
 
@@ -341,7 +343,8 @@ def test_the_judge_bar_reads_tokens_per_forward_and_what_an_answer_costs():
     text = judge_bar(runs)
     assert "within 5 points of the target: judge 0.9, 1.36x standard SD's (+0.0 points)" in text
     assert "top-2 at 1.37x, is -20.0 points" in text
-    assert text.endswith("per answer judge 0.9 takes 11.3 target forwards (20.0 tokens) against standard SD's 10.4 (13.5)")
+    assert text.endswith("per answer judge 0.9 takes 11.3 target forwards (20.0 tokens) "
+                         "against standard SD's 10.4 (13.5)")
 
 
 def test_lost_questions_are_those_the_target_gets_right_and_a_run_gets_wrong(tiny, tokenizer):
@@ -475,14 +478,14 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
                                                                                  monkeypatch):
     import json
 
-    import lab.eagle
+    import lab.heads
     import lab.judge
     import lab.models
     import lab.quality as quality
     probe = Probe(0, torch.zeros(4), torch.ones(4), torch.zeros(4), 0.0)
     monkeypatch.setattr(lab.judge, "load_judge", lambda target, path: (probe, 0.8))
     monkeypatch.setattr(lab.models, "load_draft", lambda target, n: "draft model")
-    monkeypatch.setattr(lab.eagle, "load_head", lambda target: "eagle head")
+    monkeypatch.setattr(lab.heads, "load_head", lambda target, name: "eagle head")
     judges = tmp_path / "judges"  # the shipped judge head and a second one beside it
     judges.mkdir()
     for name in ("judge", "judge-both"):
@@ -510,7 +513,8 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     assert quality.recorded_qualities(json.loads(path.read_text())) == runs
     assert quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1] == runs
     assert len(decoded) == len(names)  # a complete file decodes nothing
-    assert quality.format_quality(runs).splitlines()[2] == "| target only | 1.43 | 0.33x | 1.7 | 1.2 | 1.00x | 0.000 | +0.0 | 0.00 |"
+    assert (quality.format_quality(runs).splitlines()[2]
+            == "| target only | 1.43 | 0.33x | 1.7 | 1.2 | 1.00x | 0.000 | +0.0 | 0.00 |")
     sha = quality.file_sha  # a retrained judge: other bytes, the same threshold
     monkeypatch.setattr(quality, "file_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
     again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]

@@ -7,7 +7,7 @@ import torch
 
 from lab.models import make_draft, tiny_target
 from lab.train.distill import _batch, _loss, train_draft
-from lab.train.regen import RegenSet
+from lab.data import RegenSet
 
 
 def tiny_regen(n=12, length=40, seed=0):

@@ -16,6 +16,7 @@ import math
 import numpy as np
 import torch
 
+from ..data import load_regen
 from ..errors import LabError
 from ..exact import fast_linear
 from ..sampling import RandomStream, Sampling
@@ -73,7 +74,6 @@ def draft_vocabulary(size: int) -> torch.Tensor:
     memory-bound read of 113 MB per draft step, to size/49,152 of that. It is a proposal
     restriction only: verification still uses the target's full distribution, so nothing is
     lost but the (rare) drafts outside the subset."""
-    from ..train.regen import load_regen
     data = load_regen()
     responses = [ids[p:] for ids, p in data.sequences("train")]
     counts = torch.bincount(torch.from_numpy(np.concatenate(responses)), minlength=size)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine import engine_for
+from ..models import engine_for
 from ..sampling import RandomStream, Sampling, probabilities
 from ..trees import DraftTree, dynamic_tree, top_children
 from ..verify import race

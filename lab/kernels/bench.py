@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
                    "sdpa_dense_mask_s": _time(sdpa, repeats), "bytes": nbytes, "byte_bound_s": nbytes / bandwidth}
             rows.append(row)
             print(row, flush=True)
-    name = torch.cuda.get_device_name(0).replace(" ", "_") if device == "cuda" else f"cpu-interpreter-{platform.machine()}"
+    name = (torch.cuda.get_device_name(0).replace(" ", "_") if device == "cuda"
+            else f"cpu-interpreter-{platform.machine()}")
     result = {"machine": {"device": name, "torch": torch.__version__, "triton": triton.__version__,
                           "python": platform.python_version(), "interpreter": os.environ.get("TRITON_INTERPRET") == "1",
                           "copy_bandwidth_bytes_per_s": bandwidth, "empty_launch_s": launch},

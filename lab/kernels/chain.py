@@ -138,11 +138,13 @@ def _check_tokens(draft: torch.Tensor, vocab: int) -> None:
     if vocab < 1:  # the kernels would emit token 0 of an empty vocabulary
         raise ValueError("the vocabulary is empty (V = 0): pass rows over at least one token")
     if draft.numel() and (int(draft.min()) < 0 or int(draft.max()) >= vocab):
-        raise ValueError(f"draft tokens must lie in [0, {vocab}): got ids from {int(draft.min())} to {int(draft.max())}")
+        raise ValueError(f"draft tokens must lie in [0, {vocab}): "
+                         f"got ids from {int(draft.min())} to {int(draft.max())}")
 
 
 def _outputs(b: int, k: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.zeros(b, dtype=torch.int32, device=device), torch.full((b, k + 1), -1, dtype=torch.int64, device=device)
+    return (torch.zeros(b, dtype=torch.int32, device=device),
+            torch.full((b, k + 1), -1, dtype=torch.int64, device=device))
 
 
 def verify_chain_batched(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, uniforms: torch.Tensor,

@@ -141,7 +141,8 @@ def verify_tree_batched(tokens: torch.Tensor, parents: torch.Tensor, p: torch.Te
     _check("uniforms", uniforms, 2, torch.float32)
     _check("noise", noise, 2, torch.float32)
     if uniforms.shape != (b, n) or noise.shape != (b, v):
-        raise ValueError(f"need uniforms {(b, n)} and noise {(b, v)}, got {tuple(uniforms.shape)}, {tuple(noise.shape)}")
+        raise ValueError(f"need uniforms {(b, n)} and noise {(b, v)}, "
+                         f"got {tuple(uniforms.shape)}, {tuple(noise.shape)}")
     length, path, out = _outputs(b, n, p.device)
     _tree_kernel[(b,)](tokens, parents, p, uniforms, noise, length, path, out, N=n, V=v, BLOCK_V=block_v)
     return length, path, out

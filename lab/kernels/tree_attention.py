@@ -80,7 +80,8 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bits: torc
     h, n, dim = q.shape
     h_kv, total, _ = k.shape
     if v.shape != k.shape or k.shape[-1] != dim or total < n:
-        raise ValueError(f"need k, v [H_kv, P + N, D] with N = {n}, D = {dim}; got k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(f"need k, v [H_kv, P + N, D] with N = {n}, D = {dim}; "
+                         f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
     if h % h_kv:
         raise ValueError(f"query heads ({h}) must be a multiple of KV heads ({h_kv})")
     if bits.shape[0] != n or bits.shape[1] * 64 < n:

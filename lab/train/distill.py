@@ -23,7 +23,7 @@ from ..artifacts import atomic_write, command_line, git_commit, machine, repo_pa
 from ..models import draft_own_state, draft_path, load_target, make_draft
 from ..paths import CACHE_DIR
 from .checkpoint import Checkpoint
-from .regen import REGEN_DIR, load_regen
+from ..data import REGEN_DIR, load_regen
 
 MAX_LEN = 384  # tokens per training sequence: the response and as much prompt as fits
 

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..artifacts import command_line, git_commit, machine, repo_path, write_json
-from ..eagle import EagleHead, head_path, load_head, save_head
+from ..eagle import EagleHead
+from ..heads import head_path, load_head, save_head
 from ..models import load_target
 from ..paths import CACHE_DIR
 from .batches import batches, budget_key, resolve_device
@@ -33,7 +34,7 @@ from .checkpoint import Checkpoint
 from .distill import set_lr
 from .evaluate import heldout_evaluation
 from .features import target_features
-from .regen import HELDOUT_PROMPTS, RegenSet, load_regen, regen_files, sharegpt_replies, training_items
+from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, regen_files, sharegpt_replies, training_items
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
 NOISE = 0.1            # uniform noise U(-NOISE, NOISE) added to input features during training
@@ -115,7 +116,7 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     for param in target.parameters():
         param.requires_grad_(False)
     data = data if data is not None else load_regen(sampled)
-    head = (load_head(target, variant, init) if init is not None else EagleHead(target, variant)).to(device)
+    head = (load_head(target, path=init) if init is not None else EagleHead(target, variant)).to(device)
     init_record = None if init is None else {  # read now: `out` may be `init` and is overwritten
         "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
         if init.with_suffix(".json").exists() else None}
@@ -135,7 +136,8 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     out = out or head_path(variant)
     shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size,
              "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
-             "init": None if init is None else repo_path(init), "sampled": sampled, "train_prompts": train_prompts}  # what a resume must match
+             "init": None if init is None else repo_path(init), "sampled": sampled,
+             "train_prompts": train_prompts}  # what a resume must match
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     progress = ckpt.resume(head, optim, rng) if resume else None
     step, spent, history = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
@@ -180,7 +182,8 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
                       "ce_fraction_of_positions": ce_fraction, "input_noise": f"uniform(-{NOISE}, {NOISE})"},
         "data": {"file": regen.get("artifact"), "answers": "sampled at T = 1" if sampled else "greedy",
                  "train_sequences": len(train), "train_prompts_limit": train_prompts,
-                 "train_response_tokens": sum(int(data.offsets[i + 1] - data.offsets[i]) - p for s, i, p in train if s == 0),
+                 "train_response_tokens": sum(int(data.offsets[i + 1] - data.offsets[i]) - p
+                                              for s, i, p in train if s == 0),
                  "sharegpt_reply_sequences": len(sources[1][0].split) if replies else 0,
                  "sharegpt_reply_tokens": _response_tokens(sources[1][0]) if replies else 0,
                  "sharegpt_reply_feature_dtype": reply_feature_dtype if replies else None,

@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..artifacts import command_line, git_commit, machine, repo_path, write_json
-from ..eagle3 import Eagle3Head, feature_layers, head_path, load_head, save_head
+from ..eagle3 import Eagle3Head, feature_layers
+from ..heads import head_path, load_head, save_head
 from ..errors import LabError
 from ..models import load_target
 from ..paths import CACHE_DIR
@@ -46,7 +47,7 @@ from .distill import set_lr
 from .eagle import MAX_LEN
 from .evaluate import heldout_evaluation
 from .features import FeatureSet, target_features
-from .regen import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
+from ..data import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
 
 STEPS = 7
 STEP_DECAY = 0.8
@@ -389,7 +390,8 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                       "feature_regression": {
                           "loss": "smooth-L1 between each step's output state and the target's top feature at its "
                                   "label's position (an ablation: EAGLE-3 has none)",
-                          "weight_against_token_loss": settings["feature_weight"]} if settings["feature_weight"] else None,
+                          "weight_against_token_loss": settings["feature_weight"]}
+                      if settings["feature_weight"] else None,
                       "output_init": "final norm and LM head from the target's" if settings["output_init"] == "target"
                       else "random" if init_record is None else "continued",
                       "output_trained": not settings["freeze_output"],

@@ -30,24 +30,20 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 
 from ..artifacts import command_line, git_commit, machine, read_results, repo_path, write_json
-from ..eagle import VARIANTS, EagleHead
-from ..eagle import load_head as load_eagle1
+from ..eagle import EagleHead
 from ..eagle3 import Eagle3Head, feature_layers
-from ..eagle3 import load_head as load_eagle3
+from ..heads import load_head
 from ..errors import LabError
 from ..models import load_target
-from ..paths import DATA_DIR
 from .features import FeatureSet, target_features
-from .regen import HELDOUT_PROMPTS, RegenSet, load_regen, unique_heldout
+from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, unique_heldout
 
 EVALUATOR_VERSION = 2
 EVAL_DEPTHS = 6
 RANKS = 10        # depth-1 accuracy of each of the top RANKS tokens (it shapes static trees)
 MIN_CHAINS = 30   # n-alpha is "not measured" where fewer chains were right up to the depth before
-HEAD_DIR = DATA_DIR / "eagle"
 
 
 def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
@@ -233,29 +229,6 @@ def heldout_evaluation(head: EagleHead | Eagle3Head, data: RegenSet, feats: Feat
 
 # ---- saved heads ---------------------------------------------------------------------------
 
-def head_file(name: str) -> Path:
-    """data/eagle/NAME.safetensors"""
-    return HEAD_DIR / f"{name}.safetensors"
-
-
-def load_head_file(target, path: Path) -> EagleHead | Eagle3Head:
-    """The head saved at `path`, of whichever kind its own metadata names."""
-    if not path.exists():
-        raise LabError(f"no head at {repo_path(path)}: name one of {', '.join(sorted(head_names()))}")
-    with safe_open(str(path), "pt") as f:
-        variant = (f.metadata() or {}).get("variant")
-    if variant == "eagle3":
-        return load_eagle3(target, path=path)
-    if variant in VARIANTS:
-        return load_eagle1(target, variant, path)
-    raise LabError(f"{repo_path(path)} names no head kind in its metadata ({variant!r}): retrain it")
-
-
-def head_names() -> list[str]:
-    """Every head file under data/eagle, by name."""
-    return sorted(p.stem for p in HEAD_DIR.glob("*.safetensors"))
-
-
 def evaluate_saved_head(path: Path, target=None, data: RegenSet | None = None, prompts: int = HELDOUT_PROMPTS,
                         split: str = "heldout") -> dict:
     """Score the head saved at `path` and write the report, with the command, commit and machine that
@@ -269,7 +242,7 @@ def evaluate_saved_head(path: Path, target=None, data: RegenSet | None = None, p
     if manifest is None:
         raise LabError(f"no manifest at {repo_path(manifest_path)}: train the head first")
     target = target if target is not None else load_target()
-    head = load_head_file(target, path)
+    head = load_head(target, path=path)
     sampled = manifest["data"].get("answers") == "sampled at T = 1"
     data = data if data is not None else load_regen(sampled)
     scored = data.subset(split, prompts)

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from ..artifacts import atomic_write, repo_path, write_json
 from ..errors import LabError
 from ..paths import CACHE_DIR
-from .regen import RegenSet
+from ..data import RegenSet
 
 CHUNK = 64             # sequences per feature-cache file
 

@@ -98,7 +98,7 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
     checkable items (cached and resumed, lab/mining.py), and per source (`mined_tasks`,
     `mined_tasks_eagle1`, `mined_tasks_judged_by_NAME`) how many items were tried, how many the
     target answered correctly, and how many of those gave labels."""
-    from ..eagle import load_head
+    from ..heads import load_head
     from ..judge import JudgeRule, load_judge
     from ..mining import MINED_DIR, checkable_items, labelled, mine
     from ..quality import SWEEP_DRAFT_LEN, file_sha
@@ -204,7 +204,8 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
                  "tokens": per_source(data["sources"], y, by_layer[best]["scores"], val, delta, token_probability),
                  "positives_per_answer": positives_per_answer, "mined_items": mined, "mined_per_item": mine_cap,
                  "mined_with": list(mine_with) if mined else [],
-                 **({"judged_by": list(judged_by), "judged_delta": judged_delta} if mined and "judged" in mine_with else {}),
+                 **({"judged_by": list(judged_by), "judged_delta": judged_delta}
+                    if mined and "judged" in mine_with else {}),
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},

@@ -35,7 +35,7 @@ def measure(batches: int = 6, batch: int = 8, seed: int = 0) -> dict:
     from lab.models import load_target
     from lab.train import eagle3
     from lab.train.features import target_features
-    from lab.train.regen import load_regen, training_items
+    from lab.data import load_regen, training_items
 
     torch.manual_seed(seed)
     target = load_target()
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     write_json(DATA_DIR / "eagle" / "trainer_steps.json", {
         "what": "seconds per train-eagle3 step (loss, backward, AdamW), float32, batch 8, regenerated set; "
                 "medians over rounds run in turns; speed-up = the earlier commit's seconds / this code's",
-        "command": f"python -m lab.train.time_steps --against {args.against} --rounds {args.rounds}", "commit": commit, "against": args.against, "machine": machine(),
+        "command": f"python -m lab.train.time_steps --against {args.against} --rounds {args.rounds}",
+        "commit": commit, "against": args.against, "machine": machine(),
         "median_seconds": medians, "speedup": speedup, "rounds": rounds})
     print(json.dumps({"median_seconds": medians, "speedup": speedup}, indent=1))
 

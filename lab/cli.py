@@ -1,0 +1,537 @@
+"""Command line: `python -m lab {bench,endtoend,quality,generate,data,train,evaluate,export,tune} ...`
+(see --help of each)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from .errors import LabError
+from .paths import EAGLE3_SHIPPED, shipped_head
+
+if TYPE_CHECKING:
+    from .bench import Setup
+
+ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[34m", "target": ""}
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer of at least 1 (a count of prompts or tokens)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
+    p.add_argument("--draft-len", type=int, default=4, help="drafts per cycle (default 4)")
+    p.add_argument("--draft-layers", type=int, default=2, choices=[1, 2, 4],
+                   help="which shipped draft `sd` uses (default 2)")
+    p.add_argument("--tree", default="4,4,16", help="sd-tree: depth,top-k,total tokens (default 4,4,16)")
+    p.add_argument("--judge-threshold", type=float, default=None,
+                   help="judge: accept a draft if P(correct) > this (default: the shipped head's delta)")
+    p.add_argument("--verify-top-k", type=int, default=2,
+                   help="topk: accept drafts among the target's top K (default 2)")
+    p.add_argument("--eagle-tree", default="auto",
+                   help="eagle1/eagle2/eagle3: depth,top-k,total tokens, or auto = the size `python -m lab tune tree` "
+                        "chose for this machine and head (default); a given tree applies to every EAGLE method "
+                        "(an EAGLE-1 head drafts over its tuned vocabulary, an EAGLE-3 head over its own)")
+    p.add_argument("--eagle-head", default="eagle1",
+                   help="eagle1/eagle2: data/eagle/NAME.safetensors (default eagle1; eagle1-gpu: the GPU-trained one)")
+    p.add_argument("--eagle3-head", default=EAGLE3_SHIPPED,
+                   help=f"eagle3: data/eagle/NAME.safetensors (default {EAGLE3_SHIPPED}, the EAGLE-1 head's data and "
+                        "budget; eagle3: the earlier one on half the data; eagle3-gpu: the GPU-trained one)")
+    p.add_argument("--max-new-tokens", type=_positive, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--kernel", choices=["torch", "triton"], default=None,
+                   help="verification: torch reference or Triton kernels (default: triton on a GPU, torch on CPU)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="the target's weights and activations (default float32; bfloat16 uses the CPU's "
+                        "matrix units, where it has them, for multi-token forwards)")
+    p.add_argument("--target", choices=["smollm2", "tiny"], default="smollm2",
+                   help="`tiny` is a random 2-layer Llama for smoke tests (its draft is untrained)")
+
+
+def _parse_tree(text: str, flag: str) -> tuple[int, int, int]:
+    try:
+        tree = tuple(int(x) for x in str(text).split(","))
+        assert len(tree) == 3 and min(tree) >= 1
+    except (ValueError, AssertionError):
+        raise LabError(f"{flag} must be three positive integers depth,top-k,total (e.g. 4,4,16), "
+                       f"got {text!r}") from None
+    return tree
+
+
+def _tree_choice(args: argparse.Namespace, head: str, kind: str):
+    """The tree size for the head file `head` of `kind`: its own tuning, or the given --eagle-tree."""
+    from .costmodel import given_tree, load_choice
+    if args.eagle_tree == "auto":
+        return load_choice(dtype=args.dtype, head=head, kind=kind)
+    return given_tree(*_parse_tree(args.eagle_tree, "--eagle-tree"), dtype=args.dtype, head=head, kind=kind)
+
+
+def _eagle(args: argparse.Namespace, target):
+    """The EAGLE head (--eagle-head), its tree size and the per-rank accuracies of its manifest."""
+    from .heads import check_head, head_manifest, load_head, rank_accuracy_of
+    check_head(args.eagle_head, "eagle1", "--eagle-head")
+    tree = _tree_choice(args, args.eagle_head, "eagle1")  # a bad --eagle-tree fails before any loading
+    return load_head(target, args.eagle_head), tree, rank_accuracy_of(head_manifest(args.eagle_head))
+
+
+def _eagle3(args: argparse.Namespace, target):
+    """The EAGLE-3 head (--eagle3-head), its tree size and the per-rank accuracies of its
+    manifest (for the static tree)."""
+    from .heads import check_head, head_manifest, load_head, rank_accuracy_of
+    check_head(args.eagle3_head, "eagle3", "--eagle3-head")
+    tree = _tree_choice(args, args.eagle3_head, "eagle3")
+    return load_head(target, args.eagle3_head), tree, rank_accuracy_of(head_manifest(args.eagle3_head))
+
+
+def _judge_threshold_used(args: argparse.Namespace, methods: list[str]) -> None:
+    if args.judge_threshold is not None and "judge" not in methods:
+        raise LabError("--judge-threshold sets the judge method's threshold: add judge to the methods, or drop it")
+
+
+def _setup_lossy(args: argparse.Namespace, setup, methods: list[str]) -> None:
+    """judge: the shipped judge head (and --judge-threshold); topk: --verify-top-k."""
+    _judge_threshold_used(args, methods)
+    setup.verify_top_k = args.verify_top_k
+    if "judge" in methods:
+        from .judge import JudgeRule, load_judge
+        probe, delta = load_judge(setup.target)
+        setup.judge = JudgeRule(probe, delta if args.judge_threshold is None else args.judge_threshold)
+
+
+def _setup_eagle(args: argparse.Namespace, setup, methods: list[str]) -> None:
+    from .bench import EAGLE3_METHODS
+    if any(m in ("eagle1", "eagle2") for m in methods):
+        setup.head, setup.eagle_tree, setup.rank_accuracy = _eagle(args, setup.target)
+    if any(m in EAGLE3_METHODS for m in methods):
+        setup.head3, setup.eagle3_tree, setup.rank_accuracy3 = _eagle3(args, setup.target)
+
+
+def _load(args: argparse.Namespace, need_draft: bool):
+    from .models import load_draft, load_target, load_tokenizer, make_draft, tiny_target
+    from .sampling import Sampling
+    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.draft_len < 0:
+        raise LabError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --draft-len >= 0")
+    args.tree = _parse_tree(args.tree, "--tree")
+    import torch
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = load_tokenizer()
+    if args.target == "tiny":
+        target = tiny_target(0).to(getattr(torch, args.dtype))
+        draft = make_draft(target, 1) if need_draft else None
+    else:
+        target = load_target(args.dtype)
+        draft = load_draft(target, args.draft_layers) if need_draft else None
+    target.to(device)  # the draft shares the target's embedding and head, so move it too
+    if draft is not None:
+        draft.to(device)
+    return target, draft, tokenizer, Sampling(args.temperature, args.top_k, args.top_p)
+
+
+def bench_setup(args: argparse.Namespace, methods: list[str]):
+    """The models and settings `bench` runs `methods` with, from its parsed options (`lab.endtoend`
+    loads them once this way and runs several datasets and temperatures on them)."""
+    from .bench import Setup
+    os.environ["LAB_ENGINE"] = args.engine  # read by lab.engine.engine_for, wherever a forward is made
+    target, draft, tokenizer, sampling = _load(args,
+                                               need_draft=any(m in ("sd", "sd-tree", "hf-assisted", "judge", "topk")
+                                                              for m in methods))
+    setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, args.kernel,
+                  args.tree)
+    _setup_eagle(args, setup, methods)
+    _setup_lossy(args, setup, methods)
+    return setup
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from .bench import METHODS, drafting_line, format_table, run_bench, verification_line
+    from .data import load_prompts, prompts_file
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+    prompts = prompts_file(args.prompts, args.limit) if args.prompts else load_prompts(args.dataset, args.limit)
+    setup = bench_setup(args, methods)
+    config = {k: v for k, v in vars(args).items() if k not in ("run", "command")}
+    if args.profile:
+        from .bench import profiled
+        result = profiled(args.profile, run_bench, methods, prompts, setup, config, args.draft_layers, args.json)
+    else:
+        result = run_bench(methods, prompts, setup, config, args.draft_layers, args.json)
+    print(format_table(result))
+    print(verification_line(result))
+    drafted = drafting_line(result)
+    if drafted:
+        print(drafted)
+    if args.figure:
+        from .plots import plot_bench
+        plot_bench(result, args.figure)
+        print(f"figure written to {args.figure}")
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from .data import chat_ids
+    from .decode import decode
+    from .bench import Setup
+    from .drafters import ModelDraft, NoDraft, TreeModelDraft
+    from .models import engine_for
+    _judge_threshold_used(args, [args.method])
+    target, draft, tokenizer, sampling = _load(args, need_draft=args.method in ("sd", "sd-tree", "judge", "topk"))
+    rule = None
+    if args.method == "ar":
+        drafter = NoDraft()
+    elif args.method in ("sd", "judge", "topk"):
+        drafter = ModelDraft(draft)
+        if args.method != "sd":
+            setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
+            _setup_lossy(args, setup, [args.method])
+            from .judge import TopKRule
+            rule = setup.judge if args.method == "judge" else TopKRule(setup.verify_top_k)
+    elif args.method == "sd-tree":
+        drafter = TreeModelDraft(draft, *args.tree)
+    else:
+        setup = Setup(target, None, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
+        _setup_eagle(args, setup, [args.method])
+        drafter = setup.eagle_drafter(args.method)
+        args.draft_len = setup.tree_for(args.method).depth  # a tree drafts as deep as its depth
+    tokens: list[int] = []
+    printed = ""
+
+    def show(new: list[int], origins: list[str]) -> None:
+        nonlocal printed
+        for token, origin in zip(new, origins):
+            tokens.append(token)
+            text = tokenizer.decode(tokens, skip_special_tokens=True)
+            piece, printed = text[len(printed):], text
+            colour = "" if args.no_color else ORIGIN_COLOURS[origin]
+            print(f"{colour}{piece}\033[0m" if colour else piece, end="", flush=True)
+
+    result = decode(engine_for(target), drafter, chat_ids(tokenizer, args.prompt), args.max_new_tokens, sampling,
+                    args.draft_len, args.seed, tokenizer.eos_token_id, on_tokens=show, kernel=args.kernel, rule=rule)
+    print()
+    legend = "" if args.no_color else "  (green: accepted draft, red: corrected by target, blue: bonus)"
+    print(f"[{args.method}] {len(result.tokens)} tokens in {result.seconds:.2f} s, "
+          f"{len(result.tokens) / result.seconds:.1f} tok/s, tau {result.tau:.2f}{legend}", file=sys.stderr)
+
+
+def _data(args: argparse.Namespace) -> None:
+    from .train.regen import DEFAULT_TOKENS, build
+    print(build(tokens=args.tokens or DEFAULT_TOKENS, sampled=args.sampled))
+
+
+def _train(args: argparse.Namespace) -> None:
+    if args.what == "draft":
+        from .train.distill import train_draft
+        if args.layers is None:
+            raise LabError("`train draft` needs --layers N (1, 2 or 4)")
+        print(train_draft(args.layers, args.minutes or 6.0, batch=args.batch, lr=args.lr or 2e-3, resume=args.resume))
+    elif args.what == "judge":
+        from .judge import JUDGE_DIR
+        from .train.judge import train_judge
+        if args.mined_only and not args.mined:
+            raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
+        train_judge(mined=args.mined, mined_only=args.mined_only, mine_cap=args.mine_cap,
+                    mine_with=tuple(args.mine_with.split(",")), judged_by=tuple(args.judged_by.split(",")),
+                    judged_delta=args.judged_delta, reads_logits=args.with_logits,
+                    out=Path(args.out) if args.out else JUDGE_DIR / "judge.json")
+    elif args.what == "eagle3":
+        from .heads import head_path
+        from .train.eagle3 import train_eagle3
+        print(train_eagle3(args.minutes or 60.0, steps=args.ttt_steps, batch=args.batch, lr=args.lr or 1e-3,
+                           vocab_size=args.draft_vocab, replies=args.replies,
+                           reply_feature_dtype=args.reply_feature_dtype, train_prompts=args.train_prompts,
+                           init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
+                           bf16_autocast=not args.fp32, device=args.device, eval_prompts=args.eval_prompts,
+                           output_init=args.output_init, fc_init=args.fc_init, freeze_output=args.freeze_output,
+                           feature_weight=args.feature_loss,
+                           out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
+    else:
+        from .heads import head_path
+        from .train.eagle import train_head
+        print(train_head(args.variant, args.minutes or 30.0, batch=args.batch, lr=args.lr or 1e-3,
+                         resume=args.resume, out=head_path(args.name or args.variant), replies=args.replies,
+                         init=head_path(args.init) if args.init else None, device=args.device,
+                         eval_prompts=args.eval_prompts, reply_feature_dtype=args.reply_feature_dtype,
+                         max_steps=args.max_steps, sampled=args.sampled, train_prompts=args.train_prompts))
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from .models import load_target
+    from .heads import head_names, head_path
+    from .train.evaluate import EVALUATOR_VERSION, evaluate_saved_head
+    names = args.name or ["eagle1"]
+    if names == ["all"]:
+        names = head_names()
+    target = load_target()
+    for name in names:
+        report = evaluate_saved_head(head_path(name), target=target, prompts=args.prompts, split=args.split)
+        top1, chains = report["top1_by_depth"], report["chain_acceptance_by_depth"]
+        print(f"{name}: top-1 by depth {top1['rate']} over {top1['chains']} chains; chain acceptance "
+              f"{chains['rate']}; {report['positions']} positions of {report['sequences']} sequences "
+              f"({report['prompt_set']}), {report['seconds']} s; evaluator version {EVALUATOR_VERSION}, written "
+              f"under \"{'evaluation' if args.split == 'heldout' else 'evaluation_train'}\"", flush=True)
+
+
+def _tune(args: argparse.Namespace) -> None:
+    from .artifacts import repo_path
+    from .costmodel import choice_path, choice_row, tune
+    from .heads import check_head, load_head
+    from .models import load_target, load_tokenizer
+    name = args.name or shipped_head(args.head)
+    check_head(name, args.head, "--name")
+    target = load_target(args.dtype)
+    path = choice_path(args.dtype, name)
+    head = load_head(target, name)
+    draft_vocab = 0 if args.head == "eagle3" else args.draft_vocab  # EAGLE-3 drafts over its own vocabulary
+    result = tune(target, load_tokenizer(), head, max_new_tokens=args.max_new_tokens,
+                  positions=args.positions, draft_vocab=draft_vocab, path=path, head_name=name)
+    c, row = result["choice"], choice_row(result)
+    print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
+          f"predicted tau {c['predicted_tau']:.2f} (walked; {row['tau']:.2f} at uniform roots), "
+          f"speed-up {c['predicted_speedup']:.2f}x "
+          f"(static tree of the same size: tau {c['static_predicted_tau']:.2f}, "
+          f"{c['static_predicted_speedup']:.2f}x); draft vocabulary {result['draft_vocab_size']} "
+          f"(covers {result['draft_vocab_coverage_of_tuning_responses']:.1%} of the tuning answers' tokens); "
+          f"written to {repo_path(path)}")
+
+
+def _export(args: argparse.Namespace) -> None:
+    from .eagle3 import export_head
+    from .heads import load_head
+    from .models import load_target
+    out = export_head(load_head(load_target(), args.name), Path(args.out))
+    print(f"{args.name} written to {out} (config.json, model.safetensors) in the EAGLE-3 layout vLLM and SGLang load")
+
+
+def _endtoend(args: argparse.Namespace) -> None:
+    from .endtoend import format_end_to_end, run_end_to_end
+    args, setup = prepare(args.argv)
+    result = run_end_to_end(args, setup)
+    print(format_end_to_end(result))
+
+
+def _quality(args: argparse.Namespace) -> None:
+    from .models import load_target, load_tokenizer
+    from .paths import fast_mode
+    from .quality import format_quality, quality_sweep
+    if args.per_kind < 1:
+        raise LabError(f"--per-kind must be at least 1, got {args.per_kind}")
+    tasks, runs = quality_sweep(load_target(), load_tokenizer(), args.per_kind, fast_mode(),
+                                args.json and Path(args.json), args.judge)
+    print(f"{len(tasks)} evaluation questions:\n{format_quality(runs)}")
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """argparse whose errors are one line, like every other error of the lab (the usage block
+    stays in --help). Subcommands' parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def prepare(argv: list[str]) -> tuple[argparse.Namespace, "Setup"]:
+    """Parse an `endtoend` argument list with the lab's own parser and load the models every
+    method needs, once (`python -m lab bench`'s loading: `bench_setup`); notebook 08 runs
+    `lab.endtoend.run_end_to_end` on what this returns."""
+    from .endtoend import parse_settings
+    args = build_parser().parse_args(["endtoend", *[a for a in argv if a != "endtoend"]])
+    args.argv = ["endtoend", *[a for a in argv if a != "endtoend"]]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    parse_settings(args.settings)  # a bad --settings fails before any loading
+    return args, bench_setup(args, methods)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line (`lab.endtoend` parses its arguments with it too)."""
+    parser = _OneLineErrors(prog="python -m lab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="compare decoding methods on a dataset; prints a table")
+    bench.add_argument("--methods", default="ar,sd",
+                       help="comma-separated: ar,sd,sd-tree,eagle1,eagle2,eagle3,eagle3-static,"
+                            "hf,hf-assisted,hf-pld,llamacpp")
+    bench.add_argument("--dataset", default="mt_bench",
+                       help="mt_bench, humaneval, sharegpt or sharegpt_heldout "
+                            "(the regenerated set's held-out prompts)")
+    bench.add_argument("--prompts", default=None, help="JSONL file with one {\"prompt\": ...} per line")
+    bench.add_argument("--limit", type=_positive, default=10, help="the dataset's first N prompts (default 10)")
+    bench.add_argument("--json", default=None, help="write the full results here")
+    bench.add_argument("--figure", default=None, help="write a speed/tau figure here (PNG)")
+    bench.add_argument("--profile", type=int, default=0, metavar="N",
+                       help="also profile the run (cProfile): print its top N entries by own time, "
+                            "keep them in the JSON")
+    bench.add_argument("--engine", choices=["auto", "transformers"], default="auto",
+                       help="the target forward: auto (bfloat16 on the CPU runs the exact engine, lab/exact.py) "
+                            "or transformers (also in bfloat16: not batch-invariant, for comparison)")
+    _add_sampling(bench)
+    bench.set_defaults(run=_bench)
+
+    gen = sub.add_parser("generate", help="stream one answer, coloured by token origin")
+    gen.add_argument("prompt")
+    gen.add_argument("--method", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static",
+                                          "judge", "topk"],
+                     default="eagle2")
+    gen.add_argument("--no-color", action="store_true")
+    _add_sampling(gen)
+    gen.set_defaults(run=_generate)
+
+    data = sub.add_parser("data", help="build the regenerated ShareGPT training set")
+    data.add_argument("action", choices=["build"])
+    data.add_argument("--tokens", type=int, default=None,
+                      help="training response tokens to reach (default 100000, about 20 minutes on 2 cores)")
+    data.add_argument("--sampled", action="store_true",
+                      help="answers sampled at temperature 1 (data/regen/sharegpt_smollm2_t1.npz) instead of greedy")
+    data.set_defaults(run=_data)
+
+    train = sub.add_parser("train", help="distil a draft model or train an EAGLE head from the target "
+                                        "(eagle3 also runs under torchrun --nproc_per_node N)")
+    train.add_argument("what", choices=["draft", "eagle1", "eagle3", "judge"])
+    train.add_argument("--layers", type=int, help="draft: decoder layers (1, 2 or 4)")
+    train.add_argument("--variant", default="eagle1", choices=["eagle1", "no-token", "token-only"],
+                       help="eagle1: what the head sees (default: feature + next token)")
+    train.add_argument("--name", default=None,
+                       help="eagle1/eagle3: save as data/eagle/NAME.safetensors (default: the variant's name)")
+    train.add_argument("--replies", type=int, default=0,
+                       help="eagle1/eagle3: also train on this many tokens of ShareGPT's original replies (default 0)")
+    train.add_argument("--reply-feature-dtype", default="float32", choices=["float32", "bfloat16"],
+                       help="eagle1/eagle3: compute the replies' target features in this dtype (bfloat16: much faster "
+                            "on CPUs with matrix units; default float32)")
+    train.add_argument("--init", default=None,
+                       help="eagle1/eagle3: start from the trained head data/eagle/NAME.safetensors")
+    train.add_argument("--ttt-steps", type=int, default=7, help="eagle3: training-time test steps (default 7)")
+    train.add_argument("--draft-vocab", type=int, default=8192,
+                       help="eagle3: draft vocabulary, the most frequent training tokens (default 8192)")
+    train.add_argument("--fp32", action="store_true",
+                       help="eagle3: float32 matrix products (default: bfloat16 autocast, fp32 weights)")
+    train.add_argument("--taps", default="fused", choices=["fused", "top"],
+                       help="eagle3: the target's layers 2, N/2, N-3 fused (default), or its top feature only")
+    train.add_argument("--output-init", default="random", choices=["random", "target"],
+                       help="eagle3: a new head's final norm and LM head random (default) or copied from the "
+                            "target's (its rows for the draft vocabulary)")
+    train.add_argument("--freeze-output", action="store_true",
+                       help="eagle3: keep the final norm and LM head fixed (with --output-init target: the "
+                            "target's own readout, as EAGLE-1 keeps it) and train fc and the layer only")
+    train.add_argument("--feature-loss", type=float, default=0.0,
+                       help="eagle3: also regress each step's output state onto the target's top feature with "
+                            "this weight against the token loss (EAGLE-1's constraint put back, an ablation; "
+                            "default 0: EAGLE-3's objective)")
+    train.add_argument("--fc-init", default="random", choices=["random", "high"],
+                       help="eagle3: a new head's fc random (default) or the identity on the high tap")
+    train.add_argument("--max-steps", type=int, default=None,
+                       help="eagle1/eagle3: exactly this many steps instead of a time budget (cosine over steps)")
+    train.add_argument("--sampled", action="store_true",
+                       help="eagle1: train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)")
+    train.add_argument("--train-prompts", type=int, default=None,
+                       help="eagle1/eagle3: train on the first N regenerated training prompts only (default: all)")
+    train.add_argument("--mined", type=int, default=0,
+                       help="judge: also label the 2-layer draft's real mismatches on up to N checkable items "
+                            "(the templated tasks of lab.tasks' judge half first, then HumanEval; cached "
+                            "under .cache/judge-mined/ and resumed; default 0: planted errors only)")
+    train.add_argument("--mined-only", action="store_true", help="judge: train on the mined labels alone")
+    train.add_argument("--mine-with", default="draft",
+                       help="judge: whose mismatches --mined labels, comma-separated: draft (the 2-layer draft model, "
+                            "the default), eagle1 (the shipped EAGLE-1 head's first drafts) and/or judged (the "
+                            "tokens only the judge --judged-by let through when it decoded with the 2-layer draft)")
+    train.add_argument("--judged-by", default="judge",
+                       help="judge: the judge heads data/judge/NAME.json that decode for --mine-with judged, "
+                            "comma-separated (several: the labels of each, as DAgger aggregates its rounds)")
+    train.add_argument("--judged-delta", type=float, default=None,
+                       help="judge: its threshold for --mine-with judged (default: the head's own)")
+    train.add_argument("--mine-cap", type=int, default=8,
+                       help="judge: at most this many mismatches tried per item (default 8)")
+    train.add_argument("--with-logits", action="store_true",
+                       help="judge: the probe also reads the token's log-probability and the entropy under the "
+                            "target's logits, beside the hidden state")
+    train.add_argument("--out", default=None, help="judge: write the head here (default data/judge/judge.json)")
+    train.add_argument("--minutes", type=float, default=None,
+                       help="wall-clock budget in minutes (default: 6 for a draft, 30 for EAGLE-1, 60 for EAGLE-3)")
+    train.add_argument("--batch", type=int, default=8)
+    train.add_argument("--lr", type=float, default=None, help="default: 2e-3 for a draft, 1e-3 for an EAGLE head")
+    train.add_argument("--resume", action="store_true")
+    train.add_argument("--device", default="cpu", help="eagle1/eagle3: cpu (default) or cuda: features and "
+                       "training on a GPU (make gpu-heads)")
+    train.add_argument("--eval-prompts", type=int, default=None,
+                       help="eagle1/eagle3: held-out prompts to evaluate on (default all 64; 0: none, for a "
+                            "machine without the datasets: `python -m lab evaluate NAME --prompts 64` adds it)")
+    train.set_defaults(run=_train)
+
+    evaluate = sub.add_parser("evaluate", help="score saved draft heads with the one held-out evaluator")
+    evaluate.add_argument("name", nargs="*", help="data/eagle/NAME.safetensors, one or more (default eagle1; "
+                                                  "`all`: every head there)")
+    evaluate.add_argument("--prompts", type=_positive, default=64,
+                          help="the first N held-out prompts, of which the unique ones are scored (default 64: 50 "
+                               "prompts); with --split train, the first N training prompts")
+    evaluate.add_argument("--split", default="heldout", choices=["heldout", "train"],
+                          help="score the held-out prompts (default; written under \"evaluation\") or the first "
+                               "training prompts (under \"evaluation_train\": the gap shows what is memorised)")
+    evaluate.set_defaults(run=_evaluate)
+
+    export = sub.add_parser("export", help="write a trained EAGLE-3 head in the layout serving engines load")
+    export.add_argument("what", choices=["eagle3"])
+    export.add_argument("--out", required=True, help="folder for config.json and model.safetensors")
+    export.add_argument("--name", default=EAGLE3_SHIPPED,
+                        help=f"data/eagle/NAME.safetensors (default {EAGLE3_SHIPPED})")
+    export.set_defaults(run=_export)
+
+    tune = sub.add_parser("tune", help="choose the EAGLE tree size for this machine (cost model)")
+    tune.add_argument("what", choices=["tree"])
+    tune.add_argument("--positions", type=int, default=160, help="draft positions measured (default 160)")
+    tune.add_argument("--max-new-tokens", type=_positive, default=128, help="length of the tuning continuations")
+    tune.add_argument("--draft-vocab", type=int, default=8192,
+                      help="eagle1: draft over the N most frequent training tokens (0: all 49,152; default "
+                           "8192); an EAGLE-3 head drafts over its own vocabulary")
+    tune.add_argument("--head", choices=["eagle1", "eagle3"], default="eagle1",
+                      help="which shipped head to tune for (each has its own choice file; default eagle1)")
+    tune.add_argument("--name", default=None,
+                      help="the head file data/eagle/NAME.safetensors of that kind "
+                           f"(default: eagle1, or {EAGLE3_SHIPPED})")
+    tune.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                      help="the target's dtype to tune for (each has its own choice file; default float32)")
+    tune.set_defaults(run=_tune)
+
+    endtoend = sub.add_parser("endtoend", help="bench on several datasets and temperatures into one JSON that a "
+                                                "rerun resumes (notebook 08)")
+    endtoend.add_argument("--methods", default="ar,hf,hf-assisted,hf-pld,sd,eagle1,eagle2,eagle3,judge",
+                          help="comma-separated, as for bench (a lossy rule runs at temperature 0 only)")
+    endtoend.add_argument("--settings", default="mt_bench:0,humaneval:0,sharegpt_heldout:0,mt_bench:1,humaneval:1,"
+                                                "sharegpt_heldout:1", help="dataset:temperature pairs, comma-separated")
+    endtoend.add_argument("--limit", type=_positive, default=5, help="prompts per setting (default 5)")
+    endtoend.add_argument("--json", default=None,
+                          help="results file (default data/results/end_to_end.json; with LAB_FAST=1 under .cache)")
+    endtoend.add_argument("--engine", choices=["auto", "transformers"], default="auto", help="as for bench")
+    _add_sampling(endtoend)
+    endtoend.set_defaults(run=_endtoend)
+
+    quality = sub.add_parser("quality", help="notebook 07's quality-against-speed sweep (target, draft, SD, Top-K, "
+                                             "judge over its threshold, EAGLE-1 chain) into one JSON "
+                                             "that a rerun resumes")
+    quality.add_argument("--per-kind", type=int, default=20,
+                         help="evaluation-half questions of each kind (default 20: 102 questions)")
+    quality.add_argument("--json", default=None, help="results file (default data/results/judge_quality.json; "
+                                                      "with LAB_FAST=1 under .cache)")
+    quality.add_argument("--judge", default="judge",
+                         help="the judge head data/judge/NAME.json (default judge, the shipped one); another "
+                              "head's judge runs are added to the file under its name, the other runs shared")
+    quality.set_defaults(run=_quality)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args.run(args)
+    except LabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
