@@ -153,22 +153,36 @@ def _llamacpp(setup: Setup) -> Runner:
     return run
 
 
-def make_runner(setup: Setup, method: str) -> Runner:
+def make_drafter(setup: Setup, method: str) -> tuple[object, int, object | None]:
+    """(drafter, drafts per cycle, acceptance rule) of one of the methods that run in the lab's
+    loop, from the components already loaded into `setup`; the rule is None for the lossless
+    methods and a lossy rule (lab/judge.py) for judge and topk. The bench, `python -m lab
+    generate` and the inspector all build their drafters here."""
     if method == "ar":
-        return _ours(setup, NoDraft())
+        return NoDraft(), setup.draft_len, None
+    if method in ("sd", "sd-tree", *LOSSY_METHODS) and setup.draft is None:
+        raise LabError(f"{method} needs the draft model (Setup.draft; the command line loads --draft-layers)")
     if method == "sd":
-        return _ours(setup, ModelDraft(setup.draft))
+        return ModelDraft(setup.draft), setup.draft_len, None
     if method == "sd-tree":
-        return _ours(setup, TreeModelDraft(setup.draft, *setup.tree))
-    if method in EAGLE_METHODS:
-        return _ours(setup, setup.eagle_drafter(method), setup.tree_for(method).depth)
+        return TreeModelDraft(setup.draft, *setup.tree), setup.draft_len, None
+    if method in EAGLE_METHODS:  # a tree drafts as deep as its depth
+        return setup.eagle_drafter(method), setup.tree_for(method).depth, None
     if method == "judge":
         if setup.judge is None:
             raise LabError("judge needs a judge rule (Setup.judge; the command line loads data/judge/judge.json)")
-        return _ours(setup, ModelDraft(setup.draft), rule=setup.judge)
+        return ModelDraft(setup.draft), setup.draft_len, setup.judge
     if method == "topk":
         from .judge import TopKRule
-        return _ours(setup, ModelDraft(setup.draft), rule=TopKRule(setup.verify_top_k))
+        return ModelDraft(setup.draft), setup.draft_len, TopKRule(setup.verify_top_k)
+    loop = ", ".join(m for m in METHODS if m not in PEERS)
+    raise LabError(f"{method} does not run in the lab's loop: choose from {loop}")
+
+
+def make_runner(setup: Setup, method: str) -> Runner:
+    if method not in PEERS and method in METHODS:
+        drafter, draft_len, rule = make_drafter(setup, method)
+        return _ours(setup, drafter, draft_len, rule)
     if method in ("hf", "hf-assisted", "hf-pld"):
         return _hf(setup, method)
     if method == "llamacpp":

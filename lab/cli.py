@@ -178,30 +178,18 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def _generate(args: argparse.Namespace) -> None:
+    from .bench import Setup, make_drafter
     from .data import chat_ids
     from .decode import decode
-    from .bench import Setup
-    from .drafters import ModelDraft, NoDraft, TreeModelDraft
     from .models import engine_for
     _judge_threshold_used(args, [args.method])
     target, draft, tokenizer, sampling = _load(args, need_draft=args.method in ("sd", "sd-tree", "judge", "topk"))
-    rule = None
-    if args.method == "ar":
-        drafter = NoDraft()
-    elif args.method in ("sd", "judge", "topk"):
-        drafter = ModelDraft(draft)
-        if args.method != "sd":
-            setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
-            _setup_lossy(args, setup, [args.method])
-            from .judge import TopKRule
-            rule = setup.judge if args.method == "judge" else TopKRule(setup.verify_top_k)
-    elif args.method == "sd-tree":
-        drafter = TreeModelDraft(draft, *args.tree)
-    else:
-        setup = Setup(target, None, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed)
+    setup = Setup(target, draft, tokenizer, sampling, args.max_new_tokens, args.draft_len, args.seed, tree=args.tree)
+    if args.method in ("judge", "topk"):
+        _setup_lossy(args, setup, [args.method])
+    elif args.method not in ("ar", "sd", "sd-tree"):
         _setup_eagle(args, setup, [args.method])
-        drafter = setup.eagle_drafter(args.method)
-        args.draft_len = setup.tree_for(args.method).depth  # a tree drafts as deep as its depth
+    drafter, args.draft_len, rule = make_drafter(setup, args.method)
     tokens: list[int] = []
     printed = ""
 

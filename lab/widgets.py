@@ -22,11 +22,10 @@ import anywidget
 import ipywidgets as widgets
 import traitlets
 
-from .bench import STATIC_METHODS, Setup
+from .bench import STATIC_METHODS, Setup, make_drafter
 from .costmodel import dtype_name, given_tree, load_choice
 from .data import chat_ids
 from .decode import DecodeResult, decode
-from .drafters import ModelDraft, TreeModelDraft
 from .models import engine_for
 from .errors import LabError
 from .paths import EAGLE3_SHIPPED, shipped_head
@@ -153,7 +152,8 @@ class DraftTreeInspector(widgets.VBox):
             if setup.draft is None:
                 from .models import load_draft
                 setup.draft = load_draft(setup.target, DRAFT_LAYERS)
-            return ModelDraft(setup.draft) if method == "sd" else TreeModelDraft(setup.draft, depth, top_k, total)
+            setup.tree = (depth, top_k, total)
+            return make_drafter(setup, method)[0]
         dtype = dtype_name(setup.target.dtype)
         if method == "eagle3":
             if setup.head3 is None:
@@ -167,7 +167,7 @@ class DraftTreeInspector(widgets.VBox):
                 name = shipped_head("eagle1")
                 setup.head, setup.rank_accuracy = load_head(setup.target, name), rank_accuracy_of(head_manifest(name))
             setup.eagle_tree = given_tree(depth, top_k, total, dtype=dtype)
-        return setup.eagle_drafter(method)
+        return make_drafter(setup, method)[0]
 
     def _decode(self, _change: dict | None = None) -> None:
         method = self.method_picker.value
