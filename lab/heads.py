@@ -30,9 +30,16 @@ def head_path(name: str) -> Path:
     return HEAD_DIR / f"{name}.safetensors"
 
 
-def rebuild_command(name: str) -> str:
-    """The command that makes the head file `name` (the shipped EAGLE-3 head takes two stages)."""
-    return "make eagle3-full" if name == EAGLE3_SHIPPED else f"python -m lab train eagle1|eagle3 --name {name}"
+def rebuild_command(name: str, kind: str | None = None) -> str:
+    """The command that makes the head file `name` of `kind` (the shipped EAGLE-3 head takes two
+    stages; an unknown kind names both trainers)."""
+    if name == EAGLE3_SHIPPED:
+        return "make eagle3-full"
+    if kind == "eagle3":
+        return f"python -m lab train eagle3 --name {name}"
+    if kind in VARIANTS:
+        return f"python -m lab train eagle1 --variant {kind} --name {name}"
+    return f"python -m lab train eagle1 --name {name}` or `python -m lab train eagle3 --name {name}"
 
 
 def head_kind(path: Path) -> str | None:
@@ -74,7 +81,7 @@ def load_head(target, name: str | None = None, path: Path | None = None) -> Eagl
     if (meta != head.metadata() or set(state) != set(expected)
             or any(state[k].shape != expected[k].shape for k in state)):
         raise LabError(f"{path} was trained for another target or head shape ({meta}): retrain it with "
-                       f"`{rebuild_command(path.stem)}`")
+                       f"`{rebuild_command(path.stem, kind)}`")
     head.load_state_dict({k: v if k == "vocab" else v.to(target.dtype) for k, v in state.items()}, strict=False)
     return head.eval()
 

@@ -84,7 +84,7 @@ def test_eagle_head_of_another_target_is_a_one_line_error():
     r = lab("bench", "--target", "tiny", "--methods", "ar,eagle2", "--limit", "1", "--max-new-tokens", "4",
             "--eagle-tree", "2,2,4")
     assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and "different target or head shape" in r.stderr and "retrain" in r.stderr
+    assert r.stderr.count("\n") == 1 and "another target or head shape" in r.stderr and "retrain" in r.stderr
 
 
 def test_bad_eagle_tree_flag_is_a_one_line_error():
