@@ -1,4 +1,4 @@
-"""Command line: `python -m lab {bench,endtoend,quality,generate,data,train,evaluate,export,tune} ...`
+"""Command line: `python -m lab {bench,endtoend,quality,generate,data,train,evaluate,export,tune,run} ...`
 (see --help of each)."""
 from __future__ import annotations
 
@@ -268,6 +268,18 @@ def _evaluate(args: argparse.Namespace) -> None:
               f"under \"{'evaluation' if args.split == 'heldout' else 'evaluation_train'}\"", flush=True)
 
 
+def _run(args: argparse.Namespace) -> None:
+    from .experiments import listing, rerun, run
+    if args.list:
+        print(listing())
+    elif args.rerun:
+        rerun(Path(args.rerun), dry_run=args.dry_run)
+    elif args.name:
+        run(args.name, force=args.force, dry_run=args.dry_run)
+    else:
+        raise LabError("name an experiment, or pass --list or --rerun FILE")
+
+
 def _tune(args: argparse.Namespace) -> None:
     from .artifacts import repo_path
     from .costmodel import choice_path, choice_row, tune
@@ -445,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=None, help="default: 2e-3 for a draft, 1e-3 for an EAGLE head")
     train.add_argument("--resume", action="store_true")
     train.add_argument("--device", default="cpu", help="eagle1/eagle3: cpu (default) or cuda: features and "
-                       "training on a GPU (make gpu-heads)")
+                       "training on a GPU (make run E=gpu-heads)")
     train.add_argument("--eval-prompts", type=int, default=None,
                        help="eagle1/eagle3: held-out prompts to evaluate on (default all 64; 0: none, for a "
                             "machine without the datasets: `python -m lab evaluate NAME --prompts 64` adds it)")
@@ -509,6 +521,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the judge head data/judge/NAME.json (default judge, the shipped one); another "
                               "head's judge runs are added to the file under its name, the other runs shared")
     quality.set_defaults(run=_quality)
+
+    run = sub.add_parser("run", help="run a named experiment (lab/experiments.py): its steps whose files are "
+                                     "missing; --list shows them all")
+    run.add_argument("name", nargs="?", help="the experiment (`--list` names them)")
+    run.add_argument("--list", action="store_true", help="every experiment, what it makes and which files exist")
+    run.add_argument("--force", action="store_true", help="redo the steps whose files exist")
+    run.add_argument("--rerun", metavar="FILE", default=None,
+                     help="rerun what made a result file: its experiment's step, or the command recorded inside it")
+    run.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+    run.set_defaults(run=_run)
     return parser
 
 

@@ -34,7 +34,7 @@ def rebuild_command(name: str, kind: str | None = None) -> str:
     """The command that makes the head file `name` of `kind` (the shipped EAGLE-3 head takes two
     stages; an unknown kind names both trainers)."""
     if name == EAGLE3_SHIPPED:
-        return "make eagle3-full"
+        return "make run E=eagle3-full"
     if kind == "eagle3":
         return f"python -m lab train eagle3 --name {name}"
     if kind in VARIANTS:

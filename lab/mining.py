@@ -49,7 +49,7 @@ from .tasks import JUDGE_TASKS_PER_KIND, make_tasks, question_and_check
 
 MINED_DIR = CACHE_DIR / "judge-mined"
 GREEDY = Sampling()
-# answer lengths as the quality checks use them: notebook 07's questions, `make bench-judge`'s HumanEval
+# answer lengths as the quality checks use them: notebook 07's questions, `make run E=bench-judge`'s HumanEval
 MAX_NEW_TOKENS = {"tasks": 24, "humaneval": 192}
 
 

@@ -11,8 +11,8 @@ NOTEBOOKS_DIR = ROOT / "notebooks"
 CACHE_DIR = Path(os.environ.get("LAB_CACHE", ROOT / ".cache"))  # big rebuildable caches, gitignored
 # The EAGLE-3 head that decoding, tuning and export use by default (data/eagle/NAME.safetensors):
 # trained on all 1.18M response tokens with the EAGLE-1 head's 115 training minutes
-# (`make eagle3-full`), as the EAGLE-1 head was. `eagle3` is the earlier head on half of them
-# (`make eagle3-heads`), kept for notebook 06's comparisons.
+# (`make run E=eagle3-full`), as the EAGLE-1 head was. `eagle3` is the earlier head on half of them
+# (`make run E=eagle3-heads`), kept for notebook 06's comparisons.
 EAGLE3_SHIPPED = "eagle3-full"
 
 

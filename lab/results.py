@@ -28,7 +28,7 @@ END_TO_END_HOW = ("`python -m lab.figures notebooks/08_end_to_end.ipynb` (notebo
 # Known benchmarks in reading order; any other file follows, sorted by name.
 BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.json",
                "bench_eagle_tree24.json", "bench_eagle_bf16.json", "bench_eagle_bf16_tree32.json",
-               "bench_eagle3.json", "bench_eagle3_before_retune.json", "bench_eagle3_tree24.json",
+               "bench_eagle3.json", "bench_eagle3_tree24.json",
                "bench_eagle3_humaneval.json", "bench_eagle3_static.json", "bench_eagle3_gpu_heads_tree24.json",
                "bench_eagle3_gpu_heads_humaneval.json", "bench_eagle3_curriculum.json",
                "bench_eagle3_curriculum_tree24.json", "bench_eagle3_curriculum_humaneval.json",
@@ -178,7 +178,7 @@ def _profile_table(result: dict, top: int = 5) -> list[str]:
                     for e in result["profile"][:top]]
 
 
-EXACT_AGAIN = ("bench_exact_bf16_run2.json", "bench_exact_bf16_run3.json")  # `make bench-exact-again`
+EXACT_AGAIN = ("bench_exact_bf16_run2.json", "bench_exact_bf16_run3.json")  # `make run E=bench-exact-again`
 EXACT_CPU_HEAD = "bench_exact_bf16_cpu_head.json"  # the same bar with the CPU-trained head
 
 
@@ -189,7 +189,7 @@ def _exact_bench_again(result: dict) -> str:
     if runs:
         speeds = ", ".join(f"{r['methods']['eagle2']['speedup']:.2f}x" for r in [result, *runs])
         parts.append(f"The same greedy bar, run {len(runs) + 1} times on the same head and tree (this one, then "
-                     "`make bench-exact-again`: "
+                     "`make run E=bench-exact-again`: "
                      f"{', '.join(f'[{n[:-5]}](RESULTS.md#{n[:-5]})' for n in EXACT_AGAIN)}): "
                      f"`eagle2` {speeds}.")
     if (RESULTS_DIR / EXACT_CPU_HEAD).exists():
@@ -205,7 +205,7 @@ def render_exact_headline() -> str:
     llama.cpp beside the lab's best, and the top entry of the profile before and after (their
     tables are further down the page), all from data/results/."""
     if not EXACT_BENCH.exists():
-        return "No exact-engine benchmark recorded yet (`make bench-exact`)."
+        return "No exact-engine benchmark recorded yet (`make run E=bench-exact`)."
     result = _load(EXACT_BENCH)
     lines = [f"`{result['command']}` on {_machine(result)} (commit {_commit(result)}):",
              "", format_table(result), "", verification_line(result) + "."]
@@ -292,7 +292,7 @@ def render_headline() -> str:
                     f"{_machine(quality)}, target in float32 "
                     "([sweep](RESULTS.md#judge-decoding-quality-against-speed)) |")
     if len(rows) == 2:
-        return "No results recorded yet: `make bench-exact` and `make bench-eagle3` write them."
+        return "No results recorded yet: `make run E=bench-exact` and `make run E=bench-eagle3` write them."
     return "\n".join(rows)
 
 

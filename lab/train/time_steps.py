@@ -1,5 +1,5 @@
 """Seconds per `train eagle3` step, this code against an earlier commit, taken in turns
-(`make time-eagle3-trainer`; the result is data/eagle/trainer_steps.json).
+(`python -m lab.train.time_steps --against 2671ca1`; the result is data/eagle/trainer_steps.json).
 
 Timings on these machines drift by 10-20% between runs, so a change to the trainer is measured
 as a ratio within one run: each round times the earlier commit, then this code, each in a process

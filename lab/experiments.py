@@ -1,0 +1,283 @@
+"""`python -m lab run NAME`: every experiment that makes a file under data/, by name.
+
+An experiment is data: a one-line purpose, roughly how long it takes on 2 cores, and a few steps,
+each a list of `python -m lab ...` commands and the file they make. A step whose file exists is
+skipped (delete the file, or pass `--force`, to redo it); a step whose command resumes by itself
+(it adds runs to its file) always runs. Every step runs in a process of its own, so an
+interrupted experiment resumes where it stopped. `python -m lab run --list` shows them all and
+which of their files exist; `python -m lab run --rerun FILE` reruns the command recorded inside
+any result file (`--dry-run` prints what would run).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LabError
+from .paths import ROOT
+
+
+@dataclass(frozen=True)
+class Step:
+    commands: tuple[str, ...]  # what follows `python -m lab`, run in order
+    out: str                   # the file they make, relative to the repository: present means done
+    resumes: bool = False      # the command adds to its file and resumes by itself: run it every time
+
+
+@dataclass(frozen=True)
+class Experiment:
+    purpose: str
+    minutes: int               # about, on 2 cores (the GPU experiment: on the lent GPU)
+    steps: tuple[Step, ...]
+
+
+def _step(out: str, *commands: str, resumes: bool = False) -> Step:
+    return Step(tuple(commands), out, resumes)
+
+
+BENCH = "bench --dataset mt_bench --limit 10 --max-new-tokens 128 --temperature 0"
+EAGLE3_BENCH = "bench --limit 10 --max-new-tokens 128 --temperature 0"
+READOUT = "train eagle3 --fp32 --resume"
+
+
+def _bench(name: str, options: str, base: str = BENCH) -> Step:
+    return _step(f"data/results/{name}.json", f"{base} {options} --json data/results/{name}.json")
+
+
+def _eagle3_benches(head: str, prefix: str) -> tuple[Step, ...]:
+    """Notebook 06's four runs of an EAGLE-3 head: each head's tuned tree, one fixed tree, HumanEval,
+    and its static tree."""
+    base = f"{EAGLE3_BENCH} --eagle3-head {head}"
+    return (_bench(prefix, "--methods ar,hf-pld,eagle2,eagle3 --dataset mt_bench", base),
+            _bench(f"{prefix}_tree24", "--methods ar,eagle2,eagle3 --eagle-tree 4,6,24 --dataset mt_bench", base),
+            _bench(f"{prefix}_humaneval", "--methods ar,eagle2,eagle3 --dataset humaneval", base),
+            _bench(f"{prefix}_static", "--methods ar,eagle3,eagle3-static --dataset mt_bench", base))
+
+
+def _head(name: str, *commands: str) -> Step:
+    return _step(f"data/eagle/{name}.safetensors", *commands)
+
+
+def _quality(judge: str) -> Step:
+    return _step("data/results/judge_quality.json", f"quality --judge {judge}", resumes=True)
+
+
+NB04 = "--max-steps 300 --train-prompts 640"
+
+EXPERIMENTS: dict[str, Experiment] = {
+    # ---- data, drafts and heads -------------------------------------------------------------
+    "data": Experiment("the regenerated training set (greedy answers), and the same prompts answered at T = 1", 60, (
+        _step("data/regen/sharegpt_smollm2.npz", "data build --tokens 200000"),
+        _step("data/regen/sharegpt_smollm2_t1.npz", "data build --sampled"))),
+    "drafts": Experiment("the distilled 1-, 2- and 4-layer draft models of two-model speculative decoding", 20, tuple(
+        _step(f"data/drafts/draft_{n}l.safetensors", f"train draft --layers {n} --minutes 6") for n in (1, 2, 4))),
+    "eagle-heads": Experiment("the shipped EAGLE-1 head (three stages, 115 CPU-minutes) and the 5-minute baseline",
+                              130, (
+        _head("eagle1", "train eagle1 --minutes 30",
+              "train eagle1 --init eagle1 --replies 400000 --minutes 45 --lr 5e-4",
+              "train eagle1 --init eagle1 --replies 980000 --reply-feature-dtype bfloat16 --minutes 40 --lr 5e-4"),
+        _head("eagle1-short", "train eagle1 --variant eagle1 --name eagle1-short --minutes 5"))),
+    "feature-drift-heads": Experiment("notebook 04's heads: three inputs, trained on greedy and on sampled answers", 60,
+                                      tuple(_head(f"{v}-{text}", f"train eagle1 --variant {v} --name {v}-{text} "
+                                                                 f"{'--sampled ' if text == 'sampled' else ''}{NB04}")
+                                            for v in ("eagle1", "no-token", "token-only")
+                                            for text in ("greedy", "sampled"))),
+    "eagle3-full": Experiment("the shipped EAGLE-3 head: 45 minutes at S = 1, then 70 at S = 7, on 1.18M tokens", 180, (
+        _head("eagle3-full-s1", "train eagle3 --name eagle3-full-s1 --ttt-steps 1 --replies 980000 --fp32 "
+                                "--minutes 45"),
+        _head("eagle3-full", "train eagle3 --name eagle3-full --init eagle3-full-s1 --replies 980000 --fp32 "
+                             "--minutes 70 --lr 5e-4"))),
+    "eagle3-heads": Experiment("the earlier EAGLE-3 head (0.6M tokens) and notebook 06's 5-minute ablation heads",
+                               160, (
+        _head("eagle3", "train eagle3 --replies 400000 --reply-feature-dtype bfloat16 --minutes 60",
+              "train eagle3 --init eagle3 --replies 400000 --reply-feature-dtype bfloat16 --minutes 60 --lr 5e-4"),
+        _head("ce-top", "train eagle3 --name ce-top --taps top --ttt-steps 1 --minutes 5"),
+        _head("ttt-top", "train eagle3 --name ttt-top --taps top --minutes 5"),
+        _head("eagle3-short", "train eagle3 --name eagle3-short --minutes 5"),
+        _head("eagle3-s1", "train eagle3 --name eagle3-s1 --ttt-steps 1 --minutes 5"),
+        _head("eagle3-s3", "train eagle3 --name eagle3-s3 --ttt-steps 3 --minutes 5"),
+        _head("eagle3-v16k", "train eagle3 --name eagle3-v16k --draft-vocab 16384 --minutes 5"))),
+    "eagle3-curriculum": Experiment("plain steps first, then training-time test: at scale and in 5 minutes", 110, (
+        _head("eagle3-curriculum-s1", "train eagle3 --name eagle3-curriculum-s1 --ttt-steps 1 --replies 400000 "
+                                      "--reply-feature-dtype bfloat16 --minutes 40"),
+        _head("eagle3-curriculum", "train eagle3 --name eagle3-curriculum --init eagle3-curriculum-s1 --replies 400000 "
+                                   "--reply-feature-dtype bfloat16 --minutes 50 --lr 5e-4"),
+        _head("eagle3-cur-s1", "train eagle3 --name eagle3-cur-s1 --ttt-steps 1 --minutes 3.5"),
+        _head("eagle3-cur", "train eagle3 --name eagle3-cur --init eagle3-cur-s1 --minutes 1.5"),
+        _head("eagle3-cur-even-s1", "train eagle3 --name eagle3-cur-even-s1 --ttt-steps 1 --max-steps 144"),
+        _head("eagle3-cur-even", "train eagle3 --name eagle3-cur-even --init eagle3-cur-even-s1 --max-steps 40"),
+        _step("data/eagle/tree_choice_eagle3-curriculum.json", "tune tree --head eagle3 --name eagle3-curriculum"))),
+    "eagle3-readout": Experiment("a learned readout against the target's own, frozen (400 plain + 60 TTT steps)", 30, (
+        _head("eagle3-s1-learned", f"{READOUT} --name eagle3-s1-learned --ttt-steps 1 --max-steps 400"),
+        _head("eagle3-s1-frozen", f"{READOUT} --name eagle3-s1-frozen --ttt-steps 1 --max-steps 400 "
+                                  "--output-init target --freeze-output"),
+        _head("eagle3-ttt-learned", f"{READOUT} --name eagle3-ttt-learned --init eagle3-s1-learned --max-steps 60"),
+        _head("eagle3-ttt-frozen", f"{READOUT} --name eagle3-ttt-frozen --init eagle3-s1-frozen --max-steps 60 "
+                                   "--freeze-output"))),
+    "eagle3-feature-loss": Experiment("EAGLE-1's feature loss put back into plain EAGLE-3 steps, at 400, 800 and 1600 "
+                                      "steps, with training-prompt figures", 140, (
+        _head("eagle3-s1-feature", f"{READOUT} --name eagle3-s1-feature --ttt-steps 1 --max-steps 400 "
+                                   "--feature-loss 10"),
+        _head("eagle3-s1-800", f"{READOUT} --name eagle3-s1-800 --ttt-steps 1 --max-steps 800"),
+        _head("eagle3-s1-feature-800", f"{READOUT} --name eagle3-s1-feature-800 --ttt-steps 1 --max-steps 800 "
+                                       "--feature-loss 10"),
+        _head("eagle3-s1-1600", f"{READOUT} --name eagle3-s1-1600 --ttt-steps 1 --max-steps 1600"),
+        _head("eagle3-s1-feature-1600", f"{READOUT} --name eagle3-s1-feature-1600 --ttt-steps 1 --max-steps 1600 "
+                                        "--feature-loss 10"),
+        _step("data/eagle/eagle3-s1-feature-1600.json",
+              "evaluate eagle3-s1-learned eagle3-s1-feature eagle3-s1-800 eagle3-s1-feature-800 eagle3-s1-1600 "
+              "eagle3-s1-feature-1600 --split train", resumes=True))),
+    "scaling-heads": Experiment("EAGLE-1 and EAGLE-3 heads on 1/8 to all of the training prompts at equal steps", 45,
+                                tuple(_head(f"{kind}-data1of{part}", f"train {kind} --name {kind}-data1of{part} "
+                                                                     f"--train-prompts {prompts} --max-steps {steps} "
+                                                                     "--resume")
+                                      for kind, steps in (("eagle1", 158), ("eagle3", 84))
+                                      for part, prompts in ((8, 184), (4, 368), (2, 736), (1, 1472)))),
+    "gpu-heads": Experiment("EAGLE-1 and EAGLE-3 heads trained 3.5 minutes each on a lent GPU (then `python -m lab "
+                            "evaluate eagle3-gpu eagle1-gpu` on a CPU)", 15, (
+        _head("eagle3-gpu", "train eagle3 --device cuda --batch 64 --replies 980000 --minutes 3.5 --eval-prompts 0 "
+                            "--name eagle3-gpu"),
+        _head("eagle1-gpu", "train eagle1 --device cuda --batch 64 --replies 980000 --minutes 3.5 --eval-prompts 0 "
+                            "--name eagle1-gpu"))),
+    # ---- trees --------------------------------------------------------------------------------
+    "tune": Experiment("the tree size of every shipped head on this machine (float32 and bfloat16)", 60, (
+        _step("data/eagle/tree_choice.json", "tune tree"),
+        _step("data/eagle/tree_choice_bfloat16.json", "tune tree --dtype bfloat16"),
+        _step("data/eagle/tree_choice_eagle1-gpu_bfloat16.json", "tune tree --head eagle1 --name eagle1-gpu "
+                                                                 "--dtype bfloat16"),
+        _step("data/eagle/tree_choice_eagle3-full.json", "tune tree --head eagle3 --name eagle3-full"),
+        _step("data/eagle/tree_choice_eagle3.json", "tune tree --head eagle3 --name eagle3"))),
+    # ---- benchmarks ---------------------------------------------------------------------------
+    "bench-foundation": Experiment("AR, two-model SD and the transformers peers, float32", 10, (
+        _step("data/results/bench_foundation.json", f"{BENCH} --methods ar,sd,hf,hf-assisted,hf-pld "
+                                                    "--json data/results/bench_foundation.json "
+                                                    "--figure figures/bench_foundation.png"),)),
+    "bench-eagle": Experiment("EAGLE-1 and EAGLE-2 against AR, float32", 10, (
+        _step("data/results/bench_eagle.json",
+              f"{BENCH} --methods ar,eagle1,eagle2 --json data/results/bench_eagle.json "
+              "--figure figures/bench_eagle.png"),)),
+    "bench-exact": Experiment("the exact bfloat16 engine with the GPU-trained head, greedy and at T = 1, and with the "
+                              "CPU-trained head", 25, (
+        _step("data/results/bench_exact_bf16.json",
+              f"{BENCH} --methods ar,hf,hf-pld,eagle1,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu "
+              "--json data/results/bench_exact_bf16.json --figure figures/bench_exact_bf16.png"),
+        _bench("bench_exact_bf16_t1", "--methods ar,hf,hf-pld,eagle1,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu",
+               BENCH.replace("--temperature 0", "--temperature 1")),
+        _bench("bench_exact_bf16_cpu_head", "--methods ar,eagle1,eagle2 --dtype bfloat16"))),
+    "bench-exact-bar": Experiment("the exact engine's bar as its issue wrote it (the CPU-trained head)", 10, (
+        _bench("bench_exact_bf16_bar", "--methods ar,hf,hf-pld,eagle1,eagle2 --dtype bfloat16"),)),
+    "bench-exact-again": Experiment("the bar's pair twice more, each to its own file: how much one run moves", 12,
+                                    tuple(_bench(f"bench_exact_bf16_run{run}",
+                                                 "--methods ar,eagle1,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu")
+                                          for run in (2, 3))),
+    "bench-llamacpp": Experiment("llama.cpp on the GGUF file beside the exact engine (needs `make peers`)", 8, (
+        _bench("bench_exact_bf16_llamacpp", "--methods ar,eagle2,llamacpp --dtype bfloat16"),)),
+    "bench-eagle3": Experiment("the shipped EAGLE-3 head against EAGLE-2: tuned trees, a fixed tree, HumanEval, "
+                               "its static tree", 35, _eagle3_benches("eagle3-full", "bench_eagle3")),
+    "bench-eagle3-curriculum": Experiment("the same four runs for the curriculum head", 35,
+                                          _eagle3_benches("eagle3-curriculum", "bench_eagle3_curriculum")),
+    "bench-eagle3-gpu-heads": Experiment("the two GPU-trained heads at one fixed tree, MT-Bench and HumanEval",
+                                         15, tuple(
+        _step(f"data/results/bench_eagle3_gpu_heads_{tag}.json",
+              f"bench --methods ar,eagle2,eagle3 --dataset {dataset} --limit 10 --max-new-tokens 128 --temperature 0 "
+              f"--eagle-head eagle1-gpu --eagle3-head eagle3-gpu --eagle-tree 4,6,24 "
+              f"--json data/results/bench_eagle3_gpu_heads_{tag}.json")
+        for tag, dataset in (("tree24", "mt_bench"), ("humaneval", "humaneval")))),
+    "end-to-end": Experiment("every method on MT-Bench, HumanEval and held-out ShareGPT at T = 0 and 1 (notebook 08)",
+                             30, (_step("data/results/end_to_end.json",
+                                        "endtoend --methods ar,hf,hf-assisted,hf-pld,sd,eagle1,eagle2,eagle3,judge "
+                                        "--settings mt_bench:0,humaneval:0,sharegpt_heldout:0,mt_bench:1,humaneval:1,"
+                                        "sharegpt_heldout:1 --limit 4 --max-new-tokens 64 --dtype bfloat16 "
+                                        "--eagle-tree 2,4,6 --seed 0", resumes=True),)),
+    # ---- Judge Decoding -----------------------------------------------------------------------
+    "judge-head": Experiment("the shipped judge head: planted and mined labels on the judge half", 30, (
+        _step("data/judge/judge.json", "train judge --mined 131"),)),
+    "judge-heads": Experiment("the other judge heads: two drafters, with logits, on-policy twice", 150, (
+        _step("data/judge/judge-draft-eagle1.json",
+              "train judge --mined 131 --mine-with draft,eagle1 --out data/judge/judge-draft-eagle1.json"),
+        _step("data/judge/judge-logits.json",
+              "train judge --mined 131 --mine-with draft,eagle1 --with-logits --out data/judge/judge-logits.json"),
+        _step("data/judge/judge-on-policy.json",
+              "train judge --mined 131 --mine-with draft,eagle1,judged --judged-by judge-draft-eagle1 "
+              "--judged-delta 0.5 --out data/judge/judge-on-policy.json"),
+        _step("data/judge/judge-on-policy-2.json",
+              "train judge --mined 131 --mine-with draft,eagle1,judged --judged-by judge-draft-eagle1,judge-on-policy "
+              "--judged-delta 0.5 --out data/judge/judge-on-policy-2.json"))),
+    "judge-quality": Experiment("notebook 07's quality against speed for every judge head (resumable)", 120, (
+        _step("data/results/judge_quality.json", "quality", resumes=True),
+        *(_quality(judge)
+          for judge in ("judge-draft-eagle1", "judge-logits", "judge-on-policy", "judge-on-policy-2")))),
+    "bench-judge": Experiment("the lossy rules on HumanEval with pass@1", 15, (
+        _step("data/results/bench_judge_humaneval.json", "bench --methods ar,sd,judge,topk --dataset humaneval "
+                                                         "--limit 10 --max-new-tokens 192 "
+                                                         "--json data/results/bench_judge_humaneval.json"),)),
+}
+
+
+def experiment_of(path: str) -> tuple[str, Step] | None:
+    """The experiment and step that make the file `path` (relative to the repository), if any."""
+    for name, experiment in EXPERIMENTS.items():
+        for step in experiment.steps:
+            if step.out == path:
+                return name, step
+    return None
+
+
+def listing() -> str:
+    """Every experiment: its purpose, time, and each file with whether it exists."""
+    lines = []
+    for name, experiment in EXPERIMENTS.items():
+        done = sum((ROOT / step.out).exists() for step in experiment.steps)
+        lines.append(f"{name}  (about {experiment.minutes} min on 2 cores; {done}/{len(experiment.steps)} files "
+                     f"present): {experiment.purpose}")
+        lines += [f"    {'✓' if (ROOT / step.out).exists() else '·'} {step.out}" for step in experiment.steps]
+    return "\n".join(lines)
+
+
+def _python_lab(command: str) -> list[str]:
+    return [sys.executable, "-m", "lab", *command.split()]
+
+
+def run(name: str, force: bool = False, dry_run: bool = False) -> list[str]:
+    """Run the experiment `name` step by step (see the module's docstring); return the commands run
+    (or, with `dry_run`, those that would run)."""
+    if name not in EXPERIMENTS:
+        raise LabError(f"unknown experiment {name!r}: `python -m lab run --list` shows them all")
+    ran = []
+    for step in EXPERIMENTS[name].steps:
+        if (ROOT / step.out).exists() and not (force or step.resumes):
+            print(f"[run] {step.out} exists: skipped (--force redoes it)", flush=True)
+            continue
+        for command in step.commands:
+            ran.append(f"python -m lab {command}")
+            print(f"[run] {ran[-1]}", flush=True)
+            if not dry_run:
+                subprocess.run(_python_lab(command), cwd=ROOT, check=True)
+    return ran
+
+
+def recorded_command(path: Path) -> str:
+    """The command recorded inside a result file, or the registry's step that makes it."""
+    relative = path.resolve().relative_to(ROOT).as_posix() if path.resolve().is_relative_to(ROOT) else str(path)
+    made_by = experiment_of(relative)
+    if made_by:
+        return " && ".join(f"python -m lab {command}" for command in made_by[1].commands)
+    if not path.exists():
+        raise LabError(f"no file {path}: name a file under data/")
+    command = json.loads(path.read_text()).get("command")
+    if not command:
+        raise LabError(f"{path} records no command and no experiment makes it: see `python -m lab run --list`")
+    return command
+
+
+def rerun(path: Path, dry_run: bool = False) -> str:
+    """Rerun what made the result file `path`; return the command."""
+    command = recorded_command(path)
+    print(f"[run] {command}", flush=True)
+    if not dry_run:
+        for part in command.split(" && "):
+            subprocess.run(_python_lab(part.removeprefix("python -m lab ")), cwd=ROOT, check=True)
+    return command

@@ -1,0 +1,61 @@
+"""The experiment registry behind `python -m lab run`: every result file can be rerun, by the
+experiment that lists it or by the command recorded inside it, and that command writes that very
+file; a step whose file exists is skipped; unknown names are one-line errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lab.errors import LabError
+from lab.experiments import EXPERIMENTS, Experiment, Step, experiment_of, recorded_command, run
+from lab.paths import ROOT
+
+RESULTS = sorted((ROOT / "data" / "results").glob("*.json"))
+
+
+def lab(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
+def test_every_result_file_reruns_by_its_experiment_or_its_recorded_command(path):
+    relative = path.relative_to(ROOT).as_posix()
+    command = recorded_command(path)
+    made_by = experiment_of(relative)
+    if made_by:
+        name, step = made_by
+        assert step in EXPERIMENTS[name].steps and step.out == relative
+    else:
+        assert command == json.loads(path.read_text())["command"]
+        assert f"--json {relative}" in command, f"{relative} records a command that writes another file"
+
+
+def test_the_command_line_lists_and_dry_runs():
+    listed = lab("run", "--list")
+    assert listed.returncode == 0 and all(name in listed.stdout for name in EXPERIMENTS)
+    dry = lab("run", "--rerun", "data/results/bench_eagle_tree24.json", "--dry-run")
+    assert dry.returncode == 0 and "--json data/results/bench_eagle_tree24.json" in dry.stdout
+    bad = lab("run", "no-such-experiment")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--list" in bad.stderr
+
+
+def test_a_step_whose_file_exists_is_skipped_and_force_redoes_it(monkeypatch, tmp_path):
+    import lab.experiments as experiments
+    monkeypatch.setattr(experiments, "ROOT", tmp_path)
+    (tmp_path / "made.json").write_text("{}")
+    monkeypatch.setitem(EXPERIMENTS, "toy", Experiment("a toy", 1, (
+        Step(("bench --x",), "made.json"), Step(("bench --y",), "missing.json"),
+        Step(("quality",), "made.json", resumes=True))))
+    assert run("toy", dry_run=True) == ["python -m lab bench --y", "python -m lab quality"]
+    assert run("toy", force=True, dry_run=True) == ["python -m lab bench --x", "python -m lab bench --y",
+                                                    "python -m lab quality"]
+    with pytest.raises(LabError, match="run --list"):
+        run("nope")
+
+
+def test_every_step_of_the_registry_names_a_file_under_data_or_figures():
+    for name, experiment in EXPERIMENTS.items():
+        assert experiment.steps and experiment.minutes > 0, name
+        for step in experiment.steps:
+            assert step.out.startswith(("data/", "figures/")) and step.commands, (name, step)
