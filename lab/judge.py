@@ -24,7 +24,10 @@ from pathlib import Path
 
 import torch
 
+from .artifacts import repo_path, write_json
+from .engine import Engine
 from .errors import LabError
+from .models import TARGET_NAME
 from .paths import DATA_DIR
 
 JUDGE_DIR = DATA_DIR / "judge"
@@ -131,7 +134,6 @@ def token_features(target, examples: list[Labelled], layers: list[int]) -> dict:
     `logit_features` from the target's logits at the previous position (also split out as the two
     baselines: the token's probability and the entropy there). `groups` (the split key) and
     `sources` name each token's answer."""
-    from .engine import Engine
     feats = {layer: [] for layer in layers}
     labels, groups, sources, from_logits = [], [], [], []
     for ex in examples:
@@ -212,7 +214,6 @@ def threshold_for_recall(scores, labels, recall: float) -> float:
 
 def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DIR / "judge.json") -> Path:
     """The head (577 numbers for SmolLM2's 576-wide states) and its threshold, with the manifest."""
-    from .artifacts import repo_path, write_json
     write_json(path, {**manifest, "artifact": repo_path(path), "layer": probe.layer,
                       "reads_logits": probe.reads_logits, "delta": delta, "bias": probe.bias,
                       "weight": probe.weight.tolist(), "mean": probe.mean.tolist(), "std": probe.std.tolist()})
@@ -221,7 +222,6 @@ def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DI
 
 def load_judge(target, path: Path = JUDGE_DIR / "judge.json") -> tuple[Probe, float]:
     """The shipped judge head and its threshold, checked against `target`."""
-    from .models import TARGET_NAME
     if not path.exists():
         raise LabError(f"no judge head at {path}: run `python -m lab train judge`")
     head = json.loads(path.read_text())

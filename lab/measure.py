@@ -8,7 +8,10 @@ from typing import Callable
 
 import torch
 
+from .exact import ExactEngine, step_seconds
 from .models import engine_for
+from .sampling import probabilities
+from .theory import acceptance_rate
 
 
 def parameter_bytes(model: torch.nn.Module) -> int:
@@ -162,7 +165,6 @@ def exact_step_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200,
     seconds per step ("products", "tree_attention", "add_norm", "rope_into_cache", "swiglu",
     and "other": Python and torch's small operations) and "total", from the fastest of `repeats`
     runs."""
-    from .exact import ExactEngine, step_seconds
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     engine = ExactEngine(model)
@@ -208,8 +210,6 @@ def draft_alpha(target: torch.nn.Module, draft: torch.nn.Module, sequences, samp
     """Mean over response positions of alpha = sum_x min(p(x), q(x)), p the target's and q the
     draft's distribution after the same temperature/top-k/top-p. `sequences` are (token ids,
     prompt length) pairs, e.g. the held-out slice of the regenerated set."""
-    from .sampling import probabilities
-    from .theory import acceptance_rate
     total, count = 0.0, 0
     for ids, prompt_len in sequences:
         x = torch.as_tensor(ids).reshape(1, -1)

@@ -37,12 +37,13 @@ from typing import Callable
 import torch
 
 from .artifacts import write_json
+from .data import chat_ids, humaneval_problems
 from .decode import decode
 from .drafters import ModelDraft, NoDraft
 from .eagle import EagleHead
 from .engine import Engine
-from .models import engine_for
 from .judge import Labelled
+from .models import engine_for
 from .paths import CACHE_DIR
 from .sampling import Sampling
 from .tasks import JUDGE_TASKS_PER_KIND, make_tasks, question_and_check
@@ -70,7 +71,6 @@ def checkable_items(tokenizer, limit: int, tasks_per_kind: int = JUDGE_TASKS_PER
     `make_tasks(per_kind=tasks_per_kind, seed=seed)` (the judge half of each kind's questions),
     the planted labels' own, so that an item's planted and mined labels share one problem key and
     land on the same side of the split."""
-    from .data import chat_ids, humaneval_problems
     items: list[Checkable] = []
     for item in [*make_tasks(per_kind=tasks_per_kind, seed=seed), *humaneval_problems()][:limit]:
         kind, question, check_text = question_and_check(item)

@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from .quality import DEFAULT_JUDGE, judge_runs
+
 
 def use_style() -> None:
     """The notebooks' figure style: seaborn's light grid (values are easier to read off a slide
@@ -83,7 +85,6 @@ def plot_quality(runs: dict, heads: list[str], x: str = "tokens_per_forward", ti
     the target alone, standard SD and (against tokens per forward only: it makes no target
     forwards) the draft alone. `runs`: a sweep's runs of every judge head
     (`lab.quality.recorded_qualities`)."""
-    from .quality import DEFAULT_JUDGE, judge_runs
 
     def points(names: list[str]) -> tuple[list[float], list[float]]:
         return [getattr(runs[n], x) for n in names], [runs[n].mean_accuracy for n in names]

@@ -19,9 +19,11 @@ from .artifacts import command_line, git_commit, machine, read_results, write_js
 from .data import chat_ids, humaneval_split
 from .decode import decode
 from .drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
-from .mining import Checkable, greedy_answer, judged_tokens
-from .models import engine_for
 from .errors import LabError
+from .heads import head_path, load_head
+from .judge import JUDGE_DIR, JudgeRule, TopKRule, load_judge
+from .mining import Checkable, greedy_answer, judged_tokens
+from .models import TARGET_NAME, draft_path, engine_for, load_draft
 from .paths import DATA_DIR, results_file
 from .sampling import Sampling
 from .tasks import Task, make_tasks, question_and_check
@@ -171,9 +173,6 @@ def run_inputs(spec: dict, tasks: list[Task]) -> dict:
     """What one run's numbers depend on besides the code: the questions, the decoding sizes and
     the bytes of the files it uses (the 2-layer draft, the EAGLE-1 head, the judge head). A run
     recorded with other inputs is decoded again, so a retrained judge reruns only the judge's runs."""
-    from .heads import head_path
-    from .judge import JUDGE_DIR
-    from .models import TARGET_NAME, draft_path
     questions = hashlib.sha256("\n".join(t.question for t in tasks).encode()).hexdigest()[:16]
     inputs = {"target": TARGET_NAME, "questions": questions, "draft_len": SWEEP_DRAFT_LEN,
               "max_new_tokens": SWEEP_MAX_NEW_TOKENS}
@@ -211,9 +210,6 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     holds with the same inputs (`run_inputs`) are read back, the others decoded and the file
     rewritten atomically after each, so an interrupted sweep resumes where it stopped. Other judge
     heads' runs are kept while their inputs are current. Returns the questions and this sweep's name -> `Quality`."""
-    from .heads import load_head
-    from .judge import JUDGE_DIR, JudgeRule, TopKRule, load_judge
-    from .models import load_draft
     path = Path(path or sweep_path(fast))
     tasks = make_tasks(per_kind=per_kind, seed=EVALUATION_SEED, split="evaluation")
     probe, delta = load_judge(target, JUDGE_DIR / f"{judge}.json")

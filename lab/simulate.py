@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .sampling import RandomStream
-from .verify import race, verify_chain
+from .verify import race, verify_chain, verify_tree
 
 
 @dataclass
@@ -40,7 +40,6 @@ def simulate_chain(p: torch.Tensor, q: torch.Tensor, n: int, seed: int,
 def simulate_tree(tokens: list[int], parents: list[int], p: torch.Tensor, n: int, seed: int,
                   verify: Callable | None = None) -> Simulation:
     """Run `n` independent verifications of a fixed draft tree (p [N, V] per node)."""
-    from .verify import verify_tree
     verify = verify or verify_tree
     rng, v = RandomStream(seed), p.shape[-1]
     first, second, lengths = np.zeros(v), np.zeros(v), np.zeros(n, dtype=np.int64)

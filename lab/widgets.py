@@ -26,8 +26,9 @@ from .bench import STATIC_METHODS, Setup, make_drafter
 from .costmodel import dtype_name, given_tree, load_choice
 from .data import chat_ids
 from .decode import DecodeResult, decode
-from .models import engine_for
 from .errors import LabError
+from .heads import head_manifest, load_head, rank_accuracy_of
+from .models import engine_for, load_draft, load_target, load_tokenizer
 from .paths import EAGLE3_SHIPPED, shipped_head
 from .sampling import Sampling
 from .treeview import (
@@ -150,20 +151,17 @@ class DraftTreeInspector(widgets.VBox):
         top_k, total = self.top_k_slider.value, self.total_slider.value
         if method in ("sd", "sd-tree"):
             if setup.draft is None:
-                from .models import load_draft
                 setup.draft = load_draft(setup.target, DRAFT_LAYERS)
             setup.tree = (depth, top_k, total)
             return make_drafter(setup, method)[0]
         dtype = dtype_name(setup.target.dtype)
         if method == "eagle3":
             if setup.head3 is None:
-                from .heads import head_manifest, load_head, rank_accuracy_of
                 name = shipped_head("eagle3")
                 setup.head3, setup.rank_accuracy3 = load_head(setup.target, name), rank_accuracy_of(head_manifest(name))
             setup.eagle3_tree = given_tree(depth, top_k, total, dtype=dtype, head=EAGLE3_SHIPPED, kind="eagle3")
         else:
             if setup.head is None:
-                from .heads import head_manifest, load_head, rank_accuracy_of
                 name = shipped_head("eagle1")
                 setup.head, setup.rank_accuracy = load_head(setup.target, name), rank_accuracy_of(head_manifest(name))
             setup.eagle_tree = given_tree(depth, top_k, total, dtype=dtype)
@@ -241,5 +239,4 @@ def _check_arguments(prompt: str, method: str, temperature: float, tree: tuple[i
 def _shipped_setup() -> Setup:
     """The shipped target and tokenizer; drafts and heads are loaded when a method needs them.
     The inspector gives decode its own sampling, budget and seed, so the Setup's are left at rest."""
-    from .models import load_target, load_tokenizer
     return Setup(load_target(), None, load_tokenizer(), Sampling(), 0, 0, 0)

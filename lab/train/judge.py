@@ -26,9 +26,25 @@ import torch
 from ..artifacts import command_line, git_commit, machine, repo_path
 from ..data import chat_ids, humaneval_problems, humaneval_split, mt_bench
 from ..errors import LabError
-from ..judge import JUDGE_DIR, Labelled, auc, code_mutations, fit_probe, label_tokens, number_mutations, \
-    save_judge, split_by_problem, threshold_for_recall, token_features
+from ..heads import load_head
+from ..judge import (
+    JUDGE_DIR,
+    JudgeRule,
+    Labelled,
+    auc,
+    code_mutations,
+    fit_probe,
+    label_tokens,
+    load_judge,
+    number_mutations,
+    save_judge,
+    split_by_problem,
+    threshold_for_recall,
+    token_features,
+)
+from ..mining import MINED_DIR, checkable_items, labelled, mine
 from ..models import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
+from ..quality import SWEEP_DRAFT_LEN, file_sha
 from ..sandbox import check_humaneval
 from ..tasks import JUDGE_TASKS_PER_KIND, make_tasks
 
@@ -98,10 +114,6 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
     checkable items (cached and resumed, lab/mining.py), and per source (`mined_tasks`,
     `mined_tasks_eagle1`, `mined_tasks_judged_by_NAME`) how many items were tried, how many the
     target answered correctly, and how many of those gave labels."""
-    from ..heads import load_head
-    from ..judge import JudgeRule, load_judge
-    from ..mining import MINED_DIR, checkable_items, labelled, mine
-    from ..quality import SWEEP_DRAFT_LEN, file_sha
     checkable = checkable_items(tokenizer, items, seed=seed)
     examples, counts = [], {}
     miners = [(name, None) for name in mine_with if name != "judged"]
