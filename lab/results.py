@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 
 from .artifacts import atomic_write, repo_path
-from .bench import PEERS, format_table, head_file, verification_line
+from .bench import format_table, head_file, verification_line
 from .costmodel import choice_row
 from .endtoend import format_end_to_end
 from .errors import LabError
+from .experiments import EXPERIMENTS, experiment_of
 from .figures import load_manifest
 from .paths import DATA_DIR, ROOT
 from .quality import QUALITY_FILE, QUALITY_HOW, format_quality, judge_bar, judge_heads, recorded_qualities
@@ -25,14 +26,6 @@ RESULTS_DIR = DATA_DIR / "results"
 END_TO_END = RESULTS_DIR / "end_to_end.json"  # `python -m lab endtoend` (notebook 08): several settings in one file
 END_TO_END_HOW = ("`python -m lab.figures notebooks/08_end_to_end.ipynb` (notebook 08 at full size, about 10 minutes "
                   "on 2 cores) writes `data/results/end_to_end.json`")
-# Known benchmarks in reading order; any other file follows, sorted by name.
-BENCH_ORDER = ("bench_foundation.json", "bench_eagle.json", "bench_eagle_rerun.json",
-               "bench_eagle_tree24.json", "bench_eagle_bf16.json", "bench_eagle_bf16_tree32.json",
-               "bench_eagle3.json", "bench_eagle3_tree24.json",
-               "bench_eagle3_humaneval.json", "bench_eagle3_static.json", "bench_eagle3_gpu_heads_tree24.json",
-               "bench_eagle3_gpu_heads_humaneval.json", "bench_eagle3_curriculum.json",
-               "bench_eagle3_curriculum_tree24.json", "bench_eagle3_curriculum_humaneval.json",
-               "bench_eagle3_curriculum_static.json")
 # Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
 KEY_FIGURES = ("machine.gpu", "steps", "budget_minutes", "cpu_budget_minutes", "gpu_budget_minutes",
                "train.response_tokens",
@@ -78,11 +71,19 @@ def _commit(manifest: dict) -> str:
 
 
 def bench_files() -> list[Path]:
-    """data/results/*.json in page order (known files first), less the end-to-end file and the
-    judge's quality sweep, which have their own sections. `make demo` writes to demo/, not here."""
-    rank = {name: i for i, name in enumerate(BENCH_ORDER)}
+    """data/results/*.json in the registry's order (lab/experiments.py), then those kept by their
+    recorded command alone, by name; less the end-to-end file and the judge's quality sweep, which
+    have sections of their own. `make demo` writes to demo/, not here."""
+    listed = [ROOT / step.out for experiment in EXPERIMENTS.values() for step in experiment.steps]
+    rank = {path: i for i, path in enumerate(listed)}
     files = [p for p in RESULTS_DIR.glob("*.json") if p not in (END_TO_END, QUALITY_FILE)]
-    return sorted(files, key=lambda p: (rank.get(p.name, len(rank)), p.name))
+    return sorted(files, key=lambda p: (rank.get(p, len(rank)), p.name))
+
+
+def rerun_line(path: Path) -> str:
+    """How to make a result file again: its experiment, or the command recorded inside it."""
+    made_by = experiment_of(repo_path(path))
+    return f"`make run E={made_by[0]}`" if made_by else f"`python -m lab run --rerun {repo_path(path)}`"
 
 
 def _bench_section(path: Path, result: dict) -> list[str]:
@@ -92,13 +93,16 @@ def _bench_section(path: Path, result: dict) -> list[str]:
         machine += f", GPU {m['gpu']}"
     if "dtype" in result["config"]:
         machine += f", target in {result['config']['dtype']}"
-    lines = [f"### {path.stem}", "", f"`{repo_path(path)}`, commit {_commit(result)}, {machine}.", "",
-             "```bash", result["command"], "```", ""]
+    lines = [f"### {path.stem}", "", f"`{repo_path(path)}`, commit {_commit(result)}, {machine}; again: "
+             f"{rerun_line(path)}.", "", "```bash", result["command"], "```", ""]
     for name, s in result["config"].get("methods", {}).items():
         if "tree" in s:
             lines.append(f"* `{name}`: {s['tree']}, depth {s['depth']}, top-k {_number(s['top_k']) or '-'}, "
                          f"{s['total_tokens']} tokens, head `{head_file(result, name)}`")
-    return lines + ([""] if lines[-1] else []) + [format_table(result), ""]
+    lines += ([""] if lines[-1] else []) + [format_table(result), ""]
+    if "profile" in result:
+        lines += ["Top entries by own time (cProfile):", "", *_profile_table(result), ""]
+    return lines
 
 
 def _catalogue() -> list[str]:
@@ -167,66 +171,10 @@ def render_notebook_times() -> str:
             f"[RESULTS.md](RESULTS.md#notebooks-at-full-size)): {times}.")
 
 
-EXACT_BENCH, EXACT_PEERS = RESULTS_DIR / "bench_exact_bf16.json", RESULTS_DIR / "bench_exact_bf16_llamacpp.json"
-PROFILES = (("before: transformers' bfloat16 forward", RESULTS_DIR / "profile_transformers_bf16.json"),
-            ("after: the exact engine", RESULTS_DIR / "profile_exact_bf16.json"))
-
-
 def _profile_table(result: dict, top: int = 5) -> list[str]:
     lines = ["| function | calls | own s | cumulative s |", "|---|---|---|---|"]
     return lines + [f"| `{e['function']}` | {e['calls']} | {e['own_seconds']:.2f} | {e['cumulative_seconds']:.2f} |"
                     for e in result["profile"][:top]]
-
-
-EXACT_AGAIN = ("bench_exact_bf16_run2.json", "bench_exact_bf16_run3.json")  # `make run E=bench-exact-again`
-EXACT_CPU_HEAD = "bench_exact_bf16_cpu_head.json"  # the same bar with the CPU-trained head
-
-
-def _exact_bench_again(result: dict) -> str:
-    """One line on how far the bar moves: the bar's pair run again, and with the CPU-trained head."""
-    runs = [_load(RESULTS_DIR / name) for name in EXACT_AGAIN if (RESULTS_DIR / name).exists()]
-    parts = []
-    if runs:
-        speeds = ", ".join(f"{r['methods']['eagle2']['speedup']:.2f}x" for r in [result, *runs])
-        parts.append(f"The same greedy bar, run {len(runs) + 1} times on the same head and tree (this one, then "
-                     "`make run E=bench-exact-again`: "
-                     f"{', '.join(f'[{n[:-5]}](RESULTS.md#{n[:-5]})' for n in EXACT_AGAIN)}): "
-                     f"`eagle2` {speeds}.")
-    if (RESULTS_DIR / EXACT_CPU_HEAD).exists():
-        cpu = _load(RESULTS_DIR / EXACT_CPU_HEAD)["methods"]
-        ratios = ", ".join(f"`{m}` {cpu[m]['speedup']:.2f}x (τ {cpu[m]['tau']:.2f})" for m in ("eagle2", "eagle1"))
-        parts.append(f"With the CPU-trained head (`eagle1`, the one notebook 08 and the EAGLE-3 comparisons use; "
-                     f"[{EXACT_CPU_HEAD[:-5]}](RESULTS.md#{EXACT_CPU_HEAD[:-5]})): {ratios}.")
-    return " ".join(parts)
-
-
-def render_exact_headline() -> str:
-    """The exact bfloat16 engine at its best: the benchmark of its issue, the same bar run again,
-    llama.cpp beside the lab's best, and the top entry of the profile before and after (their
-    tables are further down the page), all from data/results/."""
-    if not EXACT_BENCH.exists():
-        return "No exact-engine benchmark recorded yet (`make run E=bench-exact`)."
-    result = _load(EXACT_BENCH)
-    lines = [f"`{result['command']}` on {_machine(result)} (commit {_commit(result)}):",
-             "", format_table(result), "", verification_line(result) + "."]
-    again = _exact_bench_again(result)
-    if again:
-        lines += ["", again]
-    if EXACT_PEERS.exists():
-        peers = _load(EXACT_PEERS)["methods"]
-        best = max((name for name in peers if name not in PEERS and name != "ar"),
-                   key=lambda n: peers[n]["tokens_per_s"])
-        lines += ["", f"The yardstick a CPU user would pick instead, llama.cpp on the GGUF file itself (Q4_1 weights, "
-                      f"other arithmetic): {peers['llamacpp']['tokens_per_s']:.1f} tok/s against the lab's `{best}` "
-                      f"{peers[best]['tokens_per_s']:.1f} tok/s and `ar` {peers['ar']['tokens_per_s']:.1f} tok/s "
-                      f"in the same run ([{EXACT_PEERS.stem}](#{EXACT_PEERS.stem}))."]
-    # the profiles' first entries only: their tables are in the section on profiles
-    firsts = [(title, _load(path)["profile"][0]) for title, path in PROFILES if path.exists()]
-    tops = [f"{title}, {top['own_seconds']:.1f} s in `{top['function']}`" for title, top in firsts]
-    if tops:
-        lines += ["", "Where the time goes (cProfile, top entry by own time; the tables: "
-                      "[profiles](#profiles)): " + "; ".join(tops) + "."]
-    return "\n".join(lines)
 
 
 def _machine(result: dict) -> str:
@@ -268,6 +216,7 @@ def _headline_eagle3(result: dict) -> str:
 
 
 # The README's headline table: (what, the notebook that explains it, result file, its sentence).
+EXACT_BENCH, EXACT_PEERS = RESULTS_DIR / "bench_exact_bf16.json", RESULTS_DIR / "bench_exact_bf16_llamacpp.json"
 HEADLINES = (
     ("lossless speculative decoding on the exact bfloat16 engine", "01, 05", EXACT_BENCH, _headline_exact),
     ("against llama.cpp on the same GGUF file", "01", EXACT_PEERS, _headline_llamacpp),
@@ -294,16 +243,6 @@ def render_headline() -> str:
     if len(rows) == 2:
         return "No results recorded yet: `make run E=bench-exact` and `make run E=bench-eagle3` write them."
     return "\n".join(rows)
-
-
-def _profiles() -> list[str]:
-    lines = ["## Profiles", ""]
-    for title, path in PROFILES:
-        if path.exists():
-            profile = _load(path)
-            lines += [f"Profile, {title} (`{profile['command']}`, top entries by own time):", ""]
-            lines += _profile_table(profile) + [""]
-    return lines
 
 
 def _end_to_end_head(result: dict) -> str:
@@ -375,15 +314,16 @@ def render_results() -> str:
              "> Do not edit by hand: rerun the command. What the numbers mean: "
              "[docs/findings.md](docs/findings.md).", "",
              "## Definitions", "", DEFINITIONS, "",
-             "## The exact bfloat16 engine at its best", "", render_exact_headline(), "",
-             "## Benchmarks", ""]
+             "## Benchmarks", "",
+             "In the order of the experiments that make them (`python -m lab run --list`), then those kept by "
+             "their recorded command alone.", ""]
     lines += [f"* [{p.stem}](#{p.stem})" for p, _ in benches] + [""]
     for path, result in benches:
         lines += _bench_section(path, result)
     if skipped:
         lines += ["Skipped (no `methods` key, so not a benchmark result): "
                   + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
-    return "\n".join(lines + _end_to_end() + _judge_quality() + _profiles() + _notebooks() + _catalogue()
+    return "\n".join(lines + _end_to_end() + _judge_quality() + _notebooks() + _catalogue()
                      + _tree_choices()).rstrip() + "\n"
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from lab.bench import format_table
 from lab.paths import DATA_DIR, ROOT
-from lab.results import RESULTS_DIR, render_readme, render_results
+from lab.results import RESULTS_DIR, bench_files, render_readme, render_results
 
 PAGE = render_results()
 BENCHES = [p for p in sorted(RESULTS_DIR.glob("*.json"))
@@ -59,9 +59,11 @@ def test_a_readme_without_the_markers_is_refused_in_one_line():
         render_readme("# a README without the generated block\n")
 
 
-def test_the_exact_headline_quotes_every_run_of_the_bar_from_its_json():
-    from lab.results import EXACT_AGAIN, EXACT_BENCH, EXACT_CPU_HEAD, render_exact_headline
-    text = render_exact_headline()
-    for path in [EXACT_BENCH, *(RESULTS_DIR / name for name in (*EXACT_AGAIN, EXACT_CPU_HEAD))]:
-        if path.exists():
-            assert f"{json.loads(path.read_text())['methods']['eagle2']['speedup']:.2f}x" in text, path.name
+def test_every_benchmark_section_says_how_to_make_it_again():
+    from lab.results import rerun_line
+    text = render_results()
+    for path in bench_files():
+        assert rerun_line(path) in text, path.name
+    assert "make run E=bench-exact`" in rerun_line(RESULTS_DIR / "bench_exact_bf16.json")
+    assert rerun_line(RESULTS_DIR / "bench_eagle_rerun.json").startswith("`python -m lab run --rerun")
+
