@@ -359,7 +359,7 @@ def format_table(result: dict) -> str:
 def verification_line(result: dict) -> str:
     """One line on what the run checked: for each method of our loop, on how many prompts its
     tokens were AR's (greedy runs only: sampled runs are checked statistically by the tests)."""
-    engine = result["config"].get("engine", "transformers")
+    engine = result["config"]["engine"]
     checked, lossy = [], []
     for name, s in result["methods"].items():
         rows = [p["identical_to_ar"] for p in s["per_prompt"]]
@@ -373,10 +373,9 @@ def verification_line(result: dict) -> str:
 
 
 def head_file(result: dict, method: str) -> str:
-    """The head file a tree method of a bench run drafted with: --eagle-head / --eagle3-head where
-    the run recorded them, else the kind's name (runs older than the flags drafted with that file)."""
-    kind = result["config"]["methods"][method].get("head")
-    return result["config"].get({"eagle1": "eagle_head", "eagle3": "eagle3_head"}.get(kind)) or kind
+    """The head file a tree method of a bench run drafted with (its --eagle-head or --eagle3-head)."""
+    kind = result["config"]["methods"][method]["head"]
+    return result["config"][{"eagle1": "eagle_head", "eagle3": "eagle3_head"}[kind]]
 
 
 def drafting_line(result: dict) -> str | None:

@@ -222,14 +222,14 @@ def _train(args: argparse.Namespace) -> None:
             raise LabError("`train draft` needs --layers N (1, 2 or 4)")
         print(train_draft(args.layers, args.minutes or 6.0, batch=args.batch, lr=args.lr or 2e-3, resume=args.resume))
     elif args.what == "judge":
-        from .judge import JUDGE_DIR
+        from .judge import judge_path
         from .train.judge import train_judge
         if args.mined_only and not args.mined:
             raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
         train_judge(mined=args.mined, mined_only=args.mined_only, mine_cap=args.mine_cap,
                     mine_with=tuple(args.mine_with.split(",")), judged_by=tuple(args.judged_by.split(",")),
                     judged_delta=args.judged_delta, reads_logits=args.with_logits,
-                    out=Path(args.out) if args.out else JUDGE_DIR / "judge.json")
+                    out=Path(args.out) if args.out else judge_path())
     elif args.what == "eagle3":
         from .heads import head_path
         from .train.eagle3 import train_eagle3

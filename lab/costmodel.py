@@ -441,8 +441,8 @@ def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "e
         raise LabError(f"no tuned tree at {path}: run `{_tune_command(head, kind, dtype)}` (a few minutes) "
                        "or pass --eagle-tree depth,top-k,total")
     tuned = json.loads(path.read_text())
-    if tuned.get("dtype", "float32") != dtype:
-        raise LabError(f"the tree in {path} was tuned with the target in {tuned.get('dtype', 'float32')}, not {dtype}: "
+    if tuned["dtype"] != dtype:
+        raise LabError(f"the tree in {path} was tuned with the target in {tuned['dtype']}, not {dtype}: "
                        f"run `{_tune_command(head, kind, dtype)}` or pass --eagle-tree depth,top-k,total")
     return TreeChoice(**tuned["choice"])
 
@@ -459,7 +459,7 @@ def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = No
     if not path.exists():
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=0 if (kind or head) == "eagle3" else 8192)
     tuned = json.loads(path.read_text())
-    if tuned.get("dtype", "float32") != dtype:
+    if tuned["dtype"] != dtype:
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])
     same = [r for r in tuned["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) == (depth, top_k, total_tokens)]
     static = [r for r in tuned["static"] if (r["depth"], r["total_tokens"]) == (depth, total_tokens)]

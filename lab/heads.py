@@ -71,7 +71,7 @@ def load_head(target, name: str | None = None, path: Path | None = None) -> Eagl
         meta, state = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
     kind = meta.get("variant")
     if kind == "eagle3" and "vocab" in state:
-        head = Eagle3Head(target, state["vocab"], meta.get("taps", "fused"))
+        head = Eagle3Head(target, state["vocab"], meta["taps"])
     elif kind in VARIANTS:
         head = EagleHead(target, kind)
     else:
@@ -146,6 +146,5 @@ def passes(manifest: dict) -> float:
     """How many times each training sequence was drawn, in expectation, summed over the head's
     warm-start chain: steps x sequences per batch / training sequences, per stage: what
     memorising a training prompt scales with."""
-    def batch(m: dict) -> int:  # EAGLE-3 manifests name it for the global batch of all processes
-        return m["optimiser"].get("global_batch_sequences", m["optimiser"].get("batch_sequences"))
-    return sum(m["steps"] * batch(m) / m["data"]["train_sequences"] for m in warm_start_chain(manifest))
+    return sum(m["steps"] * m["optimiser"]["batch_sequences"] / m["data"]["train_sequences"]
+               for m in warm_start_chain(manifest))

@@ -212,6 +212,11 @@ def threshold_for_recall(scores, labels, recall: float) -> float:
 
 # ---- the shipped judge head --------------------------------------------------------------------
 
+def judge_path(name: str = "judge") -> Path:
+    """data/judge/NAME.json (the shipped judge head is `judge`)."""
+    return JUDGE_DIR / f"{name}.json"
+
+
 def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DIR / "judge.json") -> Path:
     """The head (577 numbers for SmolLM2's 576-wide states) and its threshold, with the manifest."""
     write_json(path, {**manifest, "artifact": repo_path(path), "layer": probe.layer,

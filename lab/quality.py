@@ -21,7 +21,7 @@ from .decode import decode
 from .drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
 from .errors import LabError
 from .heads import head_path, load_head
-from .judge import JUDGE_DIR, JudgeRule, TopKRule, load_judge
+from .judge import JudgeRule, TopKRule, judge_path, load_judge
 from .mining import Checkable, greedy_answer, judged_tokens
 from .models import TARGET_NAME, draft_path, engine_for, load_draft
 from .paths import DATA_DIR, results_file
@@ -181,7 +181,7 @@ def run_inputs(spec: dict, tasks: list[Task]) -> dict:
     if spec["drafter"] == "eagle1":
         inputs |= {"eagle1": file_sha(head_path("eagle1")), "eagle_chain_depth": EAGLE_CHAIN_DEPTH}
     if _judge_of(spec):
-        inputs["judge"] = file_sha(JUDGE_DIR / f"{_judge_of(spec)}.json")
+        inputs["judge"] = file_sha(judge_path(_judge_of(spec)))
     return inputs
 
 
@@ -212,7 +212,7 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     heads' runs are kept while their inputs are current. Returns the questions and this sweep's name -> `Quality`."""
     path = Path(path or sweep_path(fast))
     tasks = make_tasks(per_kind=per_kind, seed=EVALUATION_SEED, split="evaluation")
-    probe, delta = load_judge(target, JUDGE_DIR / f"{judge}.json")
+    probe, delta = load_judge(target, judge_path(judge))
     runs = sweep_runs(delta, fast, judge)
     inputs = {n: run_inputs(spec, tasks) for n, spec in runs.items()}
     recorded = load_sweep(path)

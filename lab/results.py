@@ -233,7 +233,7 @@ def render_headline() -> str:
         if path.exists():
             result = _load(path)
             rows.append(f"| {what} | {notebook} | {sentence(result)} | {_machine(result)}, target in "
-                        f"{result['config'].get('dtype', 'float32')} ([{path.stem}](RESULTS.md#{path.stem})) |")
+                        f"{result['config']['dtype']} ([{path.stem}](RESULTS.md#{path.stem})) |")
     if QUALITY_FILE.exists():
         quality = _load(QUALITY_FILE)
         rows.append("| Judge Decoding (lossy) on checkable questions | 07 | "
@@ -248,7 +248,7 @@ def render_headline() -> str:
 def _end_to_end_head(result: dict) -> str:
     first = next(iter(result["settings"].values()))
     return (f"`{result['command']}` on {_machine(first)}, target in "
-            f"{first['config'].get('dtype', 'float32')} (commit {_commit(result)}), "
+            f"{first['config']['dtype']} (commit {_commit(result)}), "
             f"{first['config']['limit']} prompts and {first['config']['max_new_tokens']} new tokens per setting")
 
 

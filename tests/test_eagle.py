@@ -400,7 +400,7 @@ def test_training_budget_sums_the_warm_start_chain():
 def test_passes_sum_each_stage_over_its_own_data():
     from lab.heads import passes
     first = {"steps": 100, "optimiser": {"batch_sequences": 8}, "data": {"train_sequences": 400}, "init": None}
-    second = {"steps": 50, "optimiser": {"global_batch_sequences": 16}, "data": {"train_sequences": 200},
+    second = {"steps": 50, "optimiser": {"batch_sequences": 16}, "data": {"train_sequences": 200},
               "init": {"path": "x", "manifest": first}}
     assert passes(first) == 2.0 and passes(second) == 6.0
 

@@ -11,16 +11,18 @@ that the script runs (use --quick there).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 import triton
 
+from ..artifacts import repo_path, write_json
+from ..paths import KERNEL_BENCH_DIR
 from .chain import verify_chain_batched
 from .tree_attention import ancestor_bits, tree_attention
 
@@ -95,7 +97,7 @@ def chain_bytes(b: int, k: int, v: int) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default="data/kernel_bench")
+    parser.add_argument("--out", default=repo_path(KERNEL_BENCH_DIR))
     parser.add_argument("--quick", action="store_true", help="tiny shapes, for a CPU smoke run")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -146,15 +148,14 @@ def main(argv: list[str] | None = None) -> None:
             print(row, flush=True)
     name = (torch.cuda.get_device_name(0).replace(" ", "_") if device == "cuda"
             else f"cpu-interpreter-{platform.machine()}")
-    result = {"machine": {"device": name, "torch": torch.__version__, "triton": triton.__version__,
+    command = " ".join(["python -m lab.kernels.bench", *(argv if argv is not None else sys.argv[1:])])
+    result = {"command": command, "machine": {"device": name, "torch": torch.__version__, "triton": triton.__version__,
                           "python": platform.python_version(), "interpreter": os.environ.get("TRITON_INTERPRET") == "1",
                           "copy_bandwidth_bytes_per_s": bandwidth, "empty_launch_s": launch},
               "quick": args.quick, "rows": rows}
     out = Path(args.out) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, out)
+    write_json(out, result)
     print(f"written {out}")
 
 

@@ -408,7 +408,7 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                           for f in feature_sets],
         "init": init_record,
         "optimiser": {"name": "AdamW", "lr": settings["lr"], "betas": [0.9, 0.95],
-                      "global_batch_sequences": settings["batch"], "max_len": MAX_LEN, "grad_clip": 0.5,
+                      "batch_sequences": settings["batch"], "max_len": MAX_LEN, "grad_clip": 0.5,
                       "processes": settings["world"], "bf16_autocast": settings["bf16_autocast"],
                       "schedule": f"50-step warm-up, cosine over the {'steps' if max_steps else 'wall-clock budget'}"},
         "budget": {"device": settings["device"], "feature_seconds_this_run": round(extract_seconds, 1),

@@ -34,6 +34,7 @@ from ..judge import (
     auc,
     code_mutations,
     fit_probe,
+    judge_path,
     label_tokens,
     load_judge,
     number_mutations,
@@ -123,7 +124,7 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
         if name == "eagle1":
             draft, folder, suffix = load_head(target, name), MINED_DIR / name, f"_{name}"
         elif name == "judged":
-            path = JUDGE_DIR / f"{head}.json"
+            path = judge_path(head)
             probe, own_delta = load_judge(target, path)
             delta = own_delta if judged_delta is None else judged_delta
             # chains as long as the quality sweep's, so the labels come from the decoding it measures
@@ -180,7 +181,7 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     unknown = set(mine_with) - set(MINE_WITH)
     if unknown:  # before the minutes of planting and mining
         raise LabError(f"--mine-with: unknown draft {', '.join(sorted(unknown))}; choose from {', '.join(MINE_WITH)}")
-    missing = [h for h in judged_by if "judged" in mine_with and not (JUDGE_DIR / f"{h}.json").exists()]
+    missing = [h for h in judged_by if "judged" in mine_with and not judge_path(h).exists()]
     if missing:
         raise LabError(f"--judged-by: no judge head data/judge/{missing[0]}.json; train it first or name another")
     start = time.time()

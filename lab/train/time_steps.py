@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.paths import DATA_DIR
 
+STEPS_PATH = DATA_DIR / "eagle" / "trainer_steps.json"
 CONFIGS = (1, 7)  # training-time test steps S: the curriculum's two stages
 
 
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(measure()))
         return
     from lab.artifacts import git_commit, machine, write_json
-    from lab.paths import CACHE_DIR, DATA_DIR, ROOT
+    from lab.paths import CACHE_DIR, ROOT
     if not args.against:
         raise LabError("say which earlier commit to time against: --against COMMIT")
     commit = git_commit()
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     old, new = medians[args.against], medians["this code"]
     speedup = {key: round(old[f"S{s}_first_pass"] / new[key], 2)
                for s in CONFIGS for key in new if key.startswith(f"S{s}_")}
-    write_json(DATA_DIR / "eagle" / "trainer_steps.json", {
+    write_json(STEPS_PATH, {
         "what": "seconds per train-eagle3 step (loss, backward, AdamW), float32, batch 8, regenerated set; "
                 "medians over rounds run in turns; speed-up = the earlier commit's seconds / this code's",
         "command": f"python -m lab.train.time_steps --against {args.against} --rounds {args.rounds}",
