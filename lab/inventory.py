@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .costmodel import choice_path
-from .endtoend import RESULTS_FILE
+from .bench.endtoend import RESULTS_FILE
 from .heads import head_path
 from .judge import judge_path
 from .models import draft_path

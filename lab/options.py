@@ -18,10 +18,11 @@ from typing import Any
 
 
 def opt(default: Any, help: str, *, choices: tuple | list | None = None, positional: bool = False,
-        nargs: str | None = None, parse: Callable[[str], Any] | None = None, metavar: str | None = None) -> Any:
+        nargs: str | None = None, parse: Callable[[str], Any] | None = None, metavar: str | None = None,
+        required: bool = False) -> Any:
     """A dataclass field carrying what its command-line flag needs."""
     meta = {"help": help, "choices": choices, "positional": positional, "nargs": nargs, "parse": parse,
-            "metavar": metavar}
+            "metavar": metavar, "required": required or None}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -42,7 +43,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> argparse.Argument
     for f in dataclasses.fields(cls):
         meta, default = f.metadata, (f.default if f.default is not dataclasses.MISSING else f.default_factory())
         parse = meta.get("parse") or _parser_of(hints[f.name])
-        extra = {k: meta[k] for k in ("choices", "nargs", "metavar") if meta.get(k) is not None}
+        extra = {k: meta[k] for k in ("choices", "nargs", "metavar", "required") if meta.get(k) is not None}
         shown = meta["help"] + (f" (default {default})" if default not in (None, False, "", []) else "")
         if meta.get("positional"):
             parser.add_argument(f.name, type=parse, default=default, help=shown, **extra)
@@ -61,3 +62,22 @@ def from_args(cls: type, args: argparse.Namespace) -> Any:
 def recorded(options: Any) -> dict:
     """The options as a manifest records them: every field, by name."""
     return dataclasses.asdict(options)
+
+
+def flags(options: Any, skip: tuple[str, ...] = ()) -> list[str]:
+    """The command-line arguments that give `options` back: each field that differs from its
+    default (positional ones always), less the fields named in `skip`."""
+    words = []
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if f.name in skip or (value == default and not f.metadata.get("positional")):
+            continue
+        text = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+        if f.metadata.get("positional"):
+            words.append(text)
+        elif isinstance(value, bool):
+            words.append("--" + f.name.replace("_", "-"))
+        else:
+            words += ["--" + f.name.replace("_", "-"), text]
+    return words

@@ -15,7 +15,7 @@ from pathlib import Path
 from .artifacts import atomic_write, repo_path
 from .bench import format_table, head_file, verification_line
 from .costmodel import choice_row
-from .endtoend import format_end_to_end
+from .bench.endtoend import format_end_to_end
 from .errors import LabError
 from .experiments import EXPERIMENTS, experiment_of
 from .figures import load_manifest

@@ -1,6 +1,7 @@
 """Greedy identity bookkeeping: a mismatch is located and classified by ar's top-2 gap; the
 line that says which head and tree each EAGLE method drafted with."""
-from lab.bench import TIE_GAP, _mismatch, drafting_line
+from lab.bench import TIE_GAP, drafting_line
+from lab.bench.run import _mismatch
 from lab.decode import DecodeResult
 
 
@@ -27,10 +28,10 @@ def test_a_shorter_row_is_a_mismatch():
 
 def test_the_drafting_line_names_the_head_file_each_eagle_method_ran():
     tree = {"tree": "dynamic (EAGLE-2 expansion and reranking)", "depth": 2, "top_k": 4, "total_tokens": 6}
-    result = {"config": {"eagle_head": "eagle1-gpu", "eagle3_head": None,
+    result = {"config": {"eagle_head": "eagle1-gpu", "eagle3_head": "eagle3-full",
                          "methods": {"ar": {"loop": "lab.decode"}, "eagle2": {**tree, "head": "eagle1"},
                                      "eagle3": {**tree, "head": "eagle3"}}}}
     line = drafting_line(result)
     assert "eagle2 head eagle1-gpu, dynamic tree 2,4,6" in line  # the flag's file, not the kind
-    assert "eagle3 head eagle3, dynamic tree 2,4,6" in line and "ar" not in line.split(":", 1)[1]
+    assert "eagle3 head eagle3-full, dynamic tree 2,4,6" in line and "ar" not in line.split(":", 1)[1]
     assert drafting_line({"config": {"methods": {"ar": {"loop": "lab.decode"}}}}) is None

@@ -107,3 +107,35 @@ def test_a_judge_head_of_another_target_is_a_one_line_error():
     r = lab("bench", "--target", "tiny", "--methods", "ar,judge", "--limit", "1", "--max-new-tokens", "4")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "another target" in r.stderr  # the shipped head is the real target's
+
+
+def test_every_recorded_command_still_parses():
+    """Options written once must keep every flag name: each `python -m lab ...` command recorded
+    under data/ or listed by an experiment parses with today's command line."""
+    import json
+    import shlex
+
+    from lab.cli import build_parser
+    from lab.experiments import EXPERIMENTS
+    from lab.paths import DATA_DIR
+
+    def recorded(obj):
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                if key in ("command", "run_by") and isinstance(value, str) and value.startswith("python -m lab "):
+                    yield value
+                else:
+                    yield from recorded(value)
+        elif isinstance(obj, list):
+            for value in obj:
+                yield from recorded(value)
+
+    commands = {c for path in DATA_DIR.rglob("*.json") for c in recorded(json.loads(path.read_text()))}
+    commands |= {f"python -m lab {c}" for e in EXPERIMENTS.values() for step in e.steps for c in step.commands}
+    assert len(commands) > 50
+    parser = build_parser()
+    for command in sorted(commands):
+        try:
+            parser.parse_args(shlex.split(command)[3:])
+        except SystemExit:
+            raise AssertionError(f"no longer parses: {command}") from None

@@ -1,14 +1,16 @@
-"""The end-to-end runner (lab/endtoend.py): resuming from a partial file, atomic complete
+"""The end-to-end runner (lab/bench/endtoend.py): resuming from a partial file, atomic complete
 writes, one bench command per setting; the batch timing and the batch speed-up model."""
-import argparse
+import dataclasses
 import json
 
 import pytest
 
-import lab.endtoend as e2e
-from lab.cli import build_parser, prepare
+import lab.bench.endtoend as e2e
+from lab.bench.endtoend import (Setting, bench_command, format_end_to_end, methods_for, parse_settings, prepare,
+                                run_end_to_end)
+from lab.bench.options import EndToEndOptions
+from lab.cli import build_parser
 from lab.costmodel import batch_speedups
-from lab.endtoend import Setting, bench_command, format_end_to_end, methods_for, parse_settings, run_end_to_end
 
 ARGV = ["--target", "tiny", "--methods", "ar,sd", "--limit", "1", "--max-new-tokens", "4", "--seed", "0"]
 
@@ -19,8 +21,8 @@ def loaded():
     return prepare(ARGV + ["--settings", "mt_bench:0"])
 
 
-def with_settings(args, settings: str, **changes) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), "settings": settings, **changes})
+def with_settings(options: EndToEndOptions, settings: str, **changes) -> EndToEndOptions:
+    return dataclasses.replace(options, settings=settings, **changes)
 
 
 class Spy:
@@ -109,10 +111,15 @@ def test_settings_parse_and_bad_ones_fail_in_one_line():
 
 
 def test_bench_command_replaces_settings_and_json():
-    argv = ["endtoend", "--methods", "ar,judge", "--settings", "mt_bench:0,mt_bench:1", "--json", "x.json",
-            "--dtype", "bfloat16"]
-    assert bench_command(argv, Setting("mt_bench", 1.0), ["ar"]) == \
+    options = EndToEndOptions(methods="ar,judge", settings="mt_bench:0,mt_bench:1", json="x.json", dtype="bfloat16")
+    assert bench_command(options, Setting("mt_bench", 1.0), ["ar"]) == \
         "python -m lab bench --methods ar --dataset mt_bench --temperature 1 --dtype bfloat16"
+
+
+def test_a_bad_endtoend_argument_is_a_one_line_error():
+    from lab.errors import LabError
+    with pytest.raises(LabError, match="does not take --no-such-flag"):
+        prepare(["--no-such-flag", "1"])
 
 
 def test_the_table_marks_lossy_methods_and_missing_cells():

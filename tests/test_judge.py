@@ -149,18 +149,16 @@ def test_training_a_judge_refuses_unknown_drafters_and_missing_judges_before_any
 
 
 def test_on_policy_counts_say_how_many_right_answers_the_judge_kept(tokenizer, monkeypatch, tmp_path):
-    import lab.judge as judge
-    import lab.mining as mining
-    import lab.quality as quality
     import lab.train.judge as train
     items = [_item(tokenizer, lambda ids, ok=ok: ids == [ok], f"tasks:fake-{ok}") for ok in range(3)]
     records = [{"source": "mined_tasks", "prompt": it.prompt, "problem": it.problem, "target_correct": ok < 2,
                 "answer": [9 if ok == 1 else ok], "mismatches": []} for ok, it in enumerate(items)]
-    monkeypatch.setattr(mining, "checkable_items", lambda *a, **k: items)
-    monkeypatch.setattr(mining, "mine", lambda *a, **k: records)
-    monkeypatch.setattr(judge, "load_judge", lambda *a, **k: (None, 0.7))
-    monkeypatch.setattr(judge, "JudgeRule", lambda probe, delta: None)
-    monkeypatch.setattr(quality, "file_sha", lambda path: "sha")
+    # patched where the trainer looks them up: it imports each name at the top of its module
+    monkeypatch.setattr(train, "checkable_items", lambda *a, **k: items)
+    monkeypatch.setattr(train, "mine", lambda *a, **k: records)
+    monkeypatch.setattr(train, "load_judge", lambda *a, **k: (None, 0.7))
+    monkeypatch.setattr(train, "JudgeRule", lambda probe, delta: None)
+    monkeypatch.setattr(train, "file_sha", lambda path: "sha")
     monkeypatch.setattr(train, "load_draft", lambda *a, **k: None)
     _, counts = train.mined_examples(tokenizer, None, 3, 8, mine_with=("judged",), judged_by=("a", "b"))
     # item 0: the target right, the judged answer still right; item 1: the judge broke it; item 2: the target
@@ -478,14 +476,12 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
                                                                                  monkeypatch):
     import json
 
-    import lab.heads
     import lab.judge
-    import lab.models
     import lab.quality as quality
     probe = Probe(0, torch.zeros(4), torch.ones(4), torch.zeros(4), 0.0)
-    monkeypatch.setattr(lab.judge, "load_judge", lambda target, path: (probe, 0.8))
-    monkeypatch.setattr(lab.models, "load_draft", lambda target, n: "draft model")
-    monkeypatch.setattr(lab.heads, "load_head", lambda target, name: "eagle head")
+    monkeypatch.setattr(quality, "load_judge", lambda target, path: (probe, 0.8))
+    monkeypatch.setattr(quality, "load_draft", lambda target, n: "draft model")
+    monkeypatch.setattr(quality, "load_head", lambda target, name: "eagle head")
     judges = tmp_path / "judges"  # the shipped judge head and a second one beside it
     judges.mkdir()
     for name in ("judge", "judge-both"):
@@ -519,7 +515,7 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     monkeypatch.setattr(quality, "file_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
     again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]
     assert decoded[len(names):] == ["judge", "judge"] and list(again) == names  # only the judge's two runs
-    monkeypatch.setattr(lab.judge, "load_judge",  # the second head has another delta
+    monkeypatch.setattr(quality, "load_judge",  # the second head has another delta
                         lambda target, path: (probe, 0.9 if path.stem == "judge-both" else 0.8))
     other = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, judge="judge-both",
                                   progress=False)[1]

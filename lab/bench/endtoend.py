@@ -20,17 +20,22 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .artifacts import command_line, git_commit, machine, read_results, write_json
-from .bench import LOSSY_METHODS, Setup, run_bench
-from .data import load_prompts
-from .errors import LabError
-from .paths import DATA_DIR, results_file
-from .sampling import Sampling
+from tqdm.auto import tqdm
+
+from ..artifacts import git_commit, machine, read_results, write_json
+from ..data import load_prompts
+from ..errors import LabError
+from ..options import add_options, flags, from_args, recorded
+from ..paths import DATA_DIR, results_file
+from ..sampling import Sampling
+from .options import EndToEndOptions, method_list
+from .run import run_bench
+from .setup import LOSSY_METHODS, Setup, load_setup
 
 RESULTS_FILE = DATA_DIR / "results" / "end_to_end.json"
-# Options of the run that are not what a setting's numbers depend on: where they are written,
-# which settings are in the run, and the command-line plumbing.
-_NOT_FINGERPRINT = ("run", "command", "argv", "json", "settings", "methods", "dataset", "temperature")
+# Options of the run that are not what a setting's numbers depend on: where they are written, which
+# settings and methods are in the run (a setting brings its own temperature).
+_NOT_FINGERPRINT = ("json", "settings", "methods", "temperature")
 
 # The EAGLE-3 paper's Table 1 (temperature 0): (model, benchmark) -> (speed-up, tau). Measured on
 # GPUs with 8B and 13B targets: a reference point, not something this lab reproduces.
@@ -92,32 +97,32 @@ def results_path() -> Path:
     return results_file(RESULTS_FILE.name)
 
 
-def _options(argv: list[str]) -> list[tuple[str, str]]:
-    """`--name value` pairs of an `endtoend` argument list (every option of it takes a value)."""
-    argv = [a for a in argv if a != "endtoend"]
-    pairs, i = [], 0
-    while i < len(argv):
-        if "=" in argv[i]:
-            name, value = argv[i].split("=", 1)
-            i += 1
-        else:
-            name, value = argv[i], argv[i + 1]
-            i += 2
-        pairs.append((name, value))
-    return pairs
+def bench_command(options: EndToEndOptions, setting: Setting, methods: list[str]) -> str:
+    """The `python -m lab bench` command that reruns one setting of the `endtoend` run `options`."""
+    own = flags(options, skip=("settings", "methods", "json", "temperature"))
+    return shlex.join(["python", "-m", "lab", "bench", "--methods", ",".join(methods), "--dataset", setting.dataset,
+                       "--temperature", f"{setting.temperature:g}", *own])
 
 
-def bench_command(argv: list[str], setting: Setting, methods: list[str]) -> str:
-    """The `python -m lab bench` command that reruns one setting of the `endtoend` run `argv`."""
-    pairs = [(n, v) for n, v in _options(argv) if n not in ("--settings", "--methods", "--json", "--temperature")]
-    pairs = [("--methods", ",".join(methods)), ("--dataset", setting.dataset),
-             ("--temperature", f"{setting.temperature:g}")] + pairs
-    return shlex.join(["python", "-m", "lab", "bench"] + [x for pair in pairs for x in pair])
+def prepare(argv: list[str]) -> tuple[EndToEndOptions, Setup]:
+    """Parse an `endtoend` argument list and load the models every method needs, once; notebook
+    08 runs `run_end_to_end` on what this returns. A bad --settings fails before any loading."""
+    parser = add_options(argparse.ArgumentParser(prog="python -m lab endtoend", exit_on_error=False),
+                         EndToEndOptions)
+    try:
+        args, unknown = parser.parse_known_args([a for a in argv if a != "endtoend"])
+    except argparse.ArgumentError as err:
+        raise LabError(f"endtoend: {err}") from None
+    if unknown:
+        raise LabError(f"endtoend does not take {' '.join(unknown)}: see `python -m lab endtoend --help`")
+    options = from_args(EndToEndOptions, args)
+    parse_settings(options.settings)
+    return options, load_setup(options, method_list(options.methods))
 
 
-def _fingerprint(args: argparse.Namespace) -> dict:
+def _fingerprint(options: EndToEndOptions) -> dict:
     """The options a setting's numbers depend on, as JSON would give them back (tuples as lists)."""
-    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in _NOT_FINGERPRINT}))
+    return json.loads(json.dumps({k: v for k, v in sorted(recorded(options).items()) if k not in _NOT_FINGERPRINT}))
 
 
 def load_partial(path: Path) -> dict:
@@ -125,16 +130,14 @@ def load_partial(path: Path) -> dict:
     return (read_results(path) or {}).get("settings", {})
 
 
-def run_end_to_end(args: argparse.Namespace, setup: Setup, path: Path | None = None, progress: bool = True) -> dict:
-    """Run `args.methods` on every setting of `args.settings` (dataset, temperature) with the
-    models of `setup`, `args.limit` prompts each; skip settings `path` already holds from a run
+def run_end_to_end(options: EndToEndOptions, setup: Setup, path: Path | None = None, progress: bool = True) -> dict:
+    """Run `options.methods` on every setting of `options.settings` (dataset, temperature) with the
+    models of `setup`, `options.limit` prompts each; skip settings `path` already holds from a run
     with the same options; rewrite `path` atomically after each setting. Returns the whole file."""
-    from tqdm.auto import tqdm
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    settings = parse_settings(args.settings)
-    path = Path(path or args.json or results_path())
-    fingerprint = _fingerprint(args)
-    argv = getattr(args, "argv", None) or []
+    methods = method_list(options.methods)
+    settings = parse_settings(options.settings)
+    path = Path(path or options.json or results_path())
+    fingerprint = _fingerprint(options)
     done = load_partial(path)
     wanted = {s.key: methods_for(s, methods)[0] for s in settings}
     # a setting is kept if it ran with the same options and the same methods; others run again
@@ -147,19 +150,19 @@ def run_end_to_end(args: argparse.Namespace, setup: Setup, path: Path | None = N
     stale = sorted(set(done) & set(wanted) - set(kept))
     if progress and stale:
         print(f"[endtoend] rerunning {', '.join(stale)}: recorded with other options or methods", flush=True)
-    prompts = {s.key: load_prompts(s.dataset, args.limit) for s in todo}
-    result = {"kind": "end_to_end", "command": shlex.join(["python", "-m", "lab"] + argv) if argv else command_line(),
+    prompts = {s.key: load_prompts(s.dataset, options.limit) for s in todo}
+    result = {"kind": "end_to_end", "command": shlex.join(["python", "-m", "lab", "endtoend", *flags(options)]),
               "settings": {**{k: r for k, r in done.items() if k not in [s.key for s in todo]}}}
     bar = tqdm(total=sum(len(p) for p in prompts.values()), desc="end to end (prompts)", unit="prompt",
                disable=not progress)
     for setting in todo:
         names, left_out = methods_for(setting, methods)
         bar.set_postfix_str(setting.key)
-        one = dataclasses.replace(setup, sampling=Sampling(setting.temperature, args.top_k, args.top_p))
+        one = dataclasses.replace(setup, sampling=Sampling(setting.temperature, options.top_k, options.top_p))
         config = {**fingerprint, "dataset": setting.dataset, "temperature": setting.temperature}
-        r = run_bench(names, prompts[setting.key], one, config, args.draft_layers, progress=False,
+        r = run_bench(names, prompts[setting.key], one, config, options.draft_layers, progress=False,
                       on_prompt=lambda *_: bar.update())
-        r["run_by"], r["command"] = r["command"], bench_command(argv, setting, names)
+        r["run_by"], r["command"] = r["command"], bench_command(options, setting, names)
         r["endtoend"] = {"setting": dataclasses.asdict(setting), "fingerprint": fingerprint, "left_out": left_out}
         result["settings"][setting.key] = r
         # the settings in the order asked for, then any others the file held

@@ -1,0 +1,100 @@
+"""The options of the decoding commands (`bench`, `generate`, `endtoend`), written once: the
+flags are generated from these fields and a result records them whole under `config`."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from ..options import opt
+from ..paths import EAGLE3_SHIPPED
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer of at least 1 (a count of prompts or tokens)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def tree_triple(text: str) -> tuple[int, int, int]:
+    """argparse type: depth,top-k,total as three positive integers."""
+    try:
+        tree = tuple(int(x) for x in text.split(","))
+        assert len(tree) == 3 and min(tree) >= 1
+    except (ValueError, AssertionError):
+        raise argparse.ArgumentTypeError(f"must be three positive integers depth,top-k,total (e.g. 4,4,16), "
+                                         f"got {text!r}") from None
+    return tree
+
+
+@dataclass
+class DecodeOptions:
+    """What every decoding command shares: sampling, the drafters' settings, the target."""
+    temperature: float = opt(0.0, "0 = greedy")
+    top_k: int = opt(0, "0 disables")
+    top_p: float = opt(1.0, "1 disables")
+    draft_len: int = opt(4, "drafts per cycle")
+    draft_layers: int = opt(2, "which shipped draft `sd` uses", choices=[1, 2, 4])
+    tree: tuple = opt((4, 4, 16), "sd-tree: depth,top-k,total tokens", parse=tree_triple)
+    judge_threshold: float | None = opt(None, "judge: accept a draft if P(correct) > this (default: the shipped "
+                                              "head's delta)")
+    verify_top_k: int = opt(2, "topk: accept drafts among the target's top K")
+    eagle_tree: str = opt("auto", "eagle1/eagle2/eagle3: depth,top-k,total tokens, or auto = the size `python -m "
+                                  "lab tune tree` chose for this machine and head; a given tree applies to every "
+                                  "EAGLE method (an EAGLE-1 head drafts over its tuned vocabulary, an EAGLE-3 head "
+                                  "over its own)")
+    eagle_head: str = opt("eagle1", "eagle1/eagle2: data/eagle/NAME.safetensors (eagle1-gpu: the GPU-trained one)")
+    eagle3_head: str = opt(EAGLE3_SHIPPED, "eagle3: data/eagle/NAME.safetensors (eagle3: the earlier one on half "
+                                           "the data; eagle3-gpu: the GPU-trained one)")
+    max_new_tokens: int = opt(128, "new tokens per prompt", parse=positive)
+    seed: int = opt(0, "seed of the sampling streams")
+    device: str | None = opt(None, "cpu or cuda (default: cuda when available)")
+    kernel: str | None = opt(None, "verification: torch reference or Triton kernels (default: triton on a GPU, "
+                                   "torch on CPU)", choices=["torch", "triton"])
+    dtype: str = opt("float32", "the target's weights and activations (bfloat16 uses the CPU's matrix units, "
+                                "where it has them, for multi-token forwards)", choices=["float32", "bfloat16"])
+    target: str = opt("smollm2", "`tiny` is a random 2-layer Llama for smoke tests (its draft is untrained)",
+                      choices=["smollm2", "tiny"])
+    engine: str = opt("auto", "the target forward: auto (bfloat16 on the CPU runs the exact engine, lab/exact.py) "
+                              "or transformers (also in bfloat16: not batch-invariant, for comparison)",
+                      choices=["auto", "transformers"])
+
+
+@dataclass
+class BenchOptions(DecodeOptions):
+    """`python -m lab bench`: methods compared on one dataset."""
+    methods: str = opt("ar,sd", "comma-separated: ar,sd,sd-tree,eagle1,eagle2,eagle3,eagle3-static,judge,topk,"
+                                "hf,hf-assisted,hf-pld,llamacpp")
+    dataset: str = opt("mt_bench", "mt_bench, humaneval, sharegpt or sharegpt_heldout (the regenerated set's "
+                                   "held-out prompts)")
+    prompts: str | None = opt(None, "JSONL file with one {\"prompt\": ...} per line")
+    limit: int = opt(10, "the dataset's first N prompts", parse=positive)
+    json: str | None = opt(None, "write the full results here")
+    figure: str | None = opt(None, "write a speed/tau figure here (PNG)")
+    profile: int = opt(0, "also profile the run (cProfile): print its top N entries by own time, keep them in "
+                          "the JSON", metavar="N")
+
+
+@dataclass
+class GenerateOptions(DecodeOptions):
+    """`python -m lab generate`: one answer streamed, coloured by where each token came from."""
+    prompt: str = opt(None, "the question", positional=True)
+    method: str = opt("eagle2", "the drafter and rule", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3",
+                                                                 "eagle3-static", "judge", "topk"])
+    no_color: bool = opt(False, "plain text")
+
+
+@dataclass
+class EndToEndOptions(DecodeOptions):
+    """`python -m lab endtoend`: bench on several datasets and temperatures into one resumable file."""
+    methods: str = opt("ar,hf,hf-assisted,hf-pld,sd,eagle1,eagle2,eagle3,judge",
+                       "comma-separated, as for bench (a lossy rule runs at temperature 0 only)")
+    settings: str = opt("mt_bench:0,humaneval:0,sharegpt_heldout:0,mt_bench:1,humaneval:1,sharegpt_heldout:1",
+                        "dataset:temperature pairs, comma-separated")
+    limit: int = opt(5, "prompts per setting", parse=positive)
+    json: str | None = opt(None, "results file (default data/results/end_to_end.json; with LAB_FAST=1 under .cache)")
+
+
+def method_list(text: str) -> list[str]:
+    """`ar, sd,` -> ["ar", "sd"]."""
+    return [m.strip() for m in text.split(",") if m.strip()]

@@ -1,0 +1,69 @@
+"""A bench result in words: its table, what it verified against AR, and what its EAGLE methods
+drafted with."""
+from __future__ import annotations
+
+from .setup import LOSSY_METHODS, PEERS
+
+
+def format_table(result: dict) -> str:
+    k = max(len(s["acceptance_by_position"]) for s in result["methods"].values())
+    predicted = any(s.get("predicted_speedup") for s in result["methods"].values())
+    quality = any("humaneval_pass_at_1" in s for s in result["methods"].values())
+    # time shares, each shown only if some method has it (results from before it have none)
+    shares = [(column, key) for column, key in (("scoring", "score_share"), ("drafting", "draft_share"))
+              if any(s.get(key) for s in result["methods"].values())]
+    head = (["method", "tok/s", "speedup"] + (["predicted"] if predicted else []) + ["tau", "new tok", "fwd"]
+            + [column for column, _ in shares] + [f"acc@{i + 1}" for i in range(k)] + ["identical"]
+            + (["pass@1"] if quality else []))
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, s in result["methods"].items():
+        acc = [f"{a:.2f}" if a is not None else "" for a in s["acceptance_by_position"]]
+        acc += [""] * (k - len(acc))
+        ident = {True: "yes", False: "NO" if s.get("lossless", True) else "no (lossy)",
+                 None: "n/a"}[s["identical_to_ar"]]
+        if s["numerical_ties"]:
+            ident += f" ({s['numerical_ties']} ties)"
+        speed = [f"{s['speedup']:.2f}x" if s["speedup"] else ""]
+        if predicted:
+            speed.append(f"{s['predicted_speedup']:.2f}x" if s.get("predicted_speedup") else "")
+        share = [f"{s[key]:.0%}" if s.get(key) else "" for _, key in shares]
+        lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", *speed, f"{s['tau']:.2f}",
+                                        str(s["new_tokens"]), str(s["target_forwards"])] + share + acc + [ident]
+                                       + ([f"{s['humaneval_pass_at_1']:.2f}"] if quality else [])) + " |")
+    return "\n".join(lines)
+
+
+def verification_line(result: dict) -> str:
+    """One line on what the run checked: for each method of our loop, on how many prompts its
+    tokens were AR's (greedy runs only: sampled runs are checked statistically by the tests)."""
+    engine = result["config"]["engine"]
+    checked, lossy = [], []
+    for name, s in result["methods"].items():
+        rows = [p["identical_to_ar"] for p in s["per_prompt"]]
+        if name != "ar" and name not in PEERS and rows and None not in rows:
+            (lossy if name in LOSSY_METHODS else checked).append(f"{name} {sum(rows)}/{len(rows)}")
+    line = (f"verified: identical to ar, prompt by prompt: {', '.join(checked)}" if checked else
+            "verified: nothing against AR (sampled run, or no lossless method of ours besides ar)")
+    if lossy:
+        line += f"; lossy by design, identical on: {', '.join(lossy)}"
+    return f"{line}; target forward: {engine}"
+
+
+def head_file(result: dict, method: str) -> str:
+    """The head file a tree method of a bench run drafted with (its --eagle-head or --eagle3-head)."""
+    kind = result["config"]["methods"][method]["head"]
+    return result["config"][{"eagle1": "eagle_head", "eagle3": "eagle3_head"}[kind]]
+
+
+def drafting_line(result: dict) -> str | None:
+    """One line on what each EAGLE method drafted with (head file and tree: depth, top-k, tokens),
+    or None when the run has none: two heads ship for the same methods, and the table alone does
+    not say which one ran."""
+    trees = [(name, s) for name, s in result["config"].get("methods", {}).items() if "tree" in s and "head" in s]
+    if not trees:
+        return None
+    return "drafted with (tree: depth,top-k,tokens): " + "; ".join(
+        f"{name} head {head_file(result, name)}, {s['tree'].split(' ')[0]} tree {s['depth']},"
+        f"{s['top_k'] or '-'},{s['total_tokens']}" for name, s in trees)
+
+

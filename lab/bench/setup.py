@@ -1,0 +1,123 @@
+"""The components a decoding run needs, loaded once: `Setup`, and `load_setup` which builds it
+from a command's options (the target, the draft, the heads and their trees, the lossy rules)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..costmodel import TreeChoice, given_tree, load_choice
+from ..drafters import EagleDraft, draft_vocabulary, static_shape
+from ..errors import LabError
+from ..heads import check_head, head_manifest, load_head, rank_accuracy_of
+from ..judge import JudgeRule, load_judge
+from ..models import load_draft, load_target, load_tokenizer, make_draft, tiny_target
+from ..sampling import Sampling
+from .options import DecodeOptions, tree_triple
+
+METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "judge", "topk", "hf", "hf-assisted",
+           "hf-pld", "llamacpp")
+LOSSY_METHODS = ("judge", "topk")  # the sd draft's chain with a lossy acceptance rule (lab/judge.py): not lossless
+EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
+EAGLE3_METHODS = ("eagle3", "eagle3-static")  # the EAGLE-3 head with EAGLE-2's dynamic tree, or a static one
+STATIC_METHODS = ("eagle1", "eagle3-static")  # EAGLE-1's static tree, shaped by the head's per-rank accuracy
+PEERS = ("hf", "hf-assisted", "hf-pld", "llamacpp")  # other loops than ours
+TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
+
+
+
+@dataclass
+class Setup:
+    """Everything the methods need: the models, the tokenizer and the shared settings."""
+    target: torch.nn.Module
+    draft: torch.nn.Module | None
+    tokenizer: object
+    sampling: Sampling
+    max_new_tokens: int
+    draft_len: int
+    seed: int
+    kernel: str | None = None  # verification: torch reference or triton (None: triton on a GPU)
+    tree: tuple[int, int, int] = (4, 4, 16)  # sd-tree: depth, top-k, total tokens
+    head: torch.nn.Module | None = None        # eagle1/eagle2: the EAGLE head
+    eagle_tree: TreeChoice | None = None       # eagle1/eagle2: tree size (from `python -m lab tune tree`)
+    rank_accuracy: list[float] | None = None   # eagle1: per-rank accuracy that shapes the static tree
+    head3: torch.nn.Module | None = None       # eagle3: the EAGLE-3 head
+    eagle3_tree: TreeChoice | None = None      # eagle3: its tree size (tuned for it, or given)
+    rank_accuracy3: list[float] | None = None  # eagle3-static: the EAGLE-3 head's per-rank accuracy
+    judge: object | None = None                # judge: the JudgeRule (lab/judge.py), head and threshold
+    verify_top_k: int = 2                      # topk: accept drafts among the target's top K
+
+    def tree_for(self, method: str) -> TreeChoice:
+        return self.eagle3_tree if method in EAGLE3_METHODS else self.eagle_tree
+
+    def eagle_drafter(self, method: str) -> EagleDraft:
+        eagle3 = method in EAGLE3_METHODS
+        head = self.head3 if eagle3 else self.head
+        t = self.tree_for(method)
+        if head is None or t is None:
+            raise LabError(f"{method} needs an EAGLE head and a tree size "
+                           "(Setup.head/head3, Setup.eagle_tree/eagle3_tree)")
+        # an EAGLE-3 head drafts over its own vocabulary; EAGLE-1's may be given a reduced one
+        vocab = draft_vocabulary(t.draft_vocab) if t.draft_vocab and not eagle3 else None
+        if method in STATIC_METHODS:
+            ranks = self.rank_accuracy3 if eagle3 else self.rank_accuracy
+            return EagleDraft(head, "static", shape=static_shape(t.total_tokens, t.depth, ranks), vocab=vocab)
+        return EagleDraft(head, "dynamic", t.depth, t.top_k, t.total_tokens, vocab=vocab)
+
+
+
+NEEDS_DRAFT = ("sd", "sd-tree", "hf-assisted", "judge", "topk")  # the methods that run the draft model
+
+
+def _tree_choice(options: DecodeOptions, head: str, kind: str) -> TreeChoice:
+    """The tree size for the head file `head` of `kind`: its own tuning, or the given --eagle-tree."""
+    if options.eagle_tree == "auto":
+        return load_choice(dtype=options.dtype, head=head, kind=kind)
+    try:
+        tree = tree_triple(options.eagle_tree)
+    except Exception as err:
+        raise LabError(f"--eagle-tree {err}") from None
+    return given_tree(*tree, dtype=options.dtype, head=head, kind=kind)
+
+
+def _head(options: DecodeOptions, target, name: str, kind: str, flag: str):
+    """A head file, its tree size and the per-rank accuracies of its manifest (for a static tree);
+    a bad --eagle-tree fails before any loading."""
+    check_head(name, kind, flag)
+    tree = _tree_choice(options, name, kind)
+    return load_head(target, name), tree, rank_accuracy_of(head_manifest(name))
+
+
+def load_setup(options: DecodeOptions, methods: list[str]) -> Setup:
+    """The models and settings `methods` need, from a decoding command's options: the target (and
+    the draft model where a method runs it) on the device, the EAGLE heads with their trees, the
+    judge rule. Bad sampling options or a threshold without the judge fail before any loading."""
+    o = options
+    if o.temperature < 0 or not 0 < o.top_p <= 1 or o.top_k < 0 or o.draft_len < 0:
+        raise LabError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --draft-len >= 0")
+    if o.judge_threshold is not None and "judge" not in methods:
+        raise LabError("--judge-threshold sets the judge method's threshold: add judge to the methods, or drop it")
+    os.environ["LAB_ENGINE"] = o.engine  # read by lab.models.engine_for, wherever a forward is made
+    need_draft = any(m in NEEDS_DRAFT for m in methods)
+    device = o.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if o.target == "tiny":
+        target = tiny_target(0).to(getattr(torch, o.dtype))
+        draft = make_draft(target, 1) if need_draft else None
+    else:
+        target = load_target(o.dtype)
+        draft = load_draft(target, o.draft_layers) if need_draft else None
+    target.to(device)  # the draft shares the target's embedding and head, so move it too
+    if draft is not None:
+        draft.to(device)
+    setup = Setup(target, draft, load_tokenizer(), Sampling(o.temperature, o.top_k, o.top_p), o.max_new_tokens,
+                  o.draft_len, o.seed, o.kernel, tuple(o.tree), verify_top_k=o.verify_top_k)
+    if any(m in ("eagle1", "eagle2") for m in methods):
+        setup.head, setup.eagle_tree, setup.rank_accuracy = _head(o, target, o.eagle_head, "eagle1", "--eagle-head")
+    if any(m in EAGLE3_METHODS for m in methods):
+        setup.head3, setup.eagle3_tree, setup.rank_accuracy3 = _head(o, target, o.eagle3_head, "eagle3",
+                                                                     "--eagle3-head")
+    if "judge" in methods:
+        probe, delta = load_judge(target)
+        setup.judge = JudgeRule(probe, delta if o.judge_threshold is None else o.judge_threshold)
+    return setup
