@@ -55,6 +55,19 @@ def read_results(path: Path) -> dict | None:
         raise LabError(f"{path} is not valid JSON: move it away (or delete it) and rerun") from None
 
 
+def resumable_runs(recorded: dict[str, dict], wanted: dict[str, Any], identity: Callable[[dict], Any],
+                   keep_other: Callable[[str, dict], bool] = lambda name, record: True,
+                   ) -> tuple[dict[str, dict], list[str], list[str]]:
+    """Compare the named runs a results file holds with the runs wanted now (name -> what the run
+    depends on). Returns (kept: each recorded run whose `identity` is still the wanted one, plus
+    the unwanted ones `keep_other` accepts; todo: the wanted names left to run, in order; stale:
+    the recorded names that are rerun or dropped). A job that runs `todo` and rewrites its file
+    with `write_json` after each run resumes where an interruption left it."""
+    kept = {n: r for n, r in recorded.items()
+            if (identity(r) == wanted[n] if n in wanted else keep_other(n, r))}
+    return kept, [n for n in wanted if n not in kept], sorted(set(recorded) - set(kept))
+
+
 def repo_path(path: Path) -> str:
     """A path inside the repository as the repository names it (for manifests); others unchanged."""
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)

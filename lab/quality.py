@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .artifacts import command_line, git_commit, machine, read_results, write_json
+from .artifacts import command_line, git_commit, machine, read_results, resumable_runs, write_json
 from .data import chat_ids, humaneval_split
 from .decode import decode
 from .drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
@@ -216,17 +216,14 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     runs = sweep_runs(delta, fast, judge)
     inputs = {n: run_inputs(spec, tasks) for n, spec in runs.items()}
     recorded = load_sweep(path)
-    done = {n: r for n, r in recorded.get("runs", {}).items()
-            if n in runs and r.get("spec") == runs[n] and r.get("inputs") == inputs[n]}
-    others = {n: r for n, r in recorded.get("runs", {}).items()  # another judge head's, still current
-              if n not in runs and _judge_of(r.get("spec", {})) not in (None, judge) and _current(r, tasks)}
-    todo = [n for n in runs if n not in done]
-    stale = sorted(set(recorded.get("runs", {})) - set(done) - set(others))
+    kept, todo, stale = resumable_runs(  # another judge head's runs are kept while still current
+        recorded["runs"], {n: (runs[n], inputs[n]) for n in runs}, lambda r: (r.get("spec"), r.get("inputs")),
+        lambda n, r: _judge_of(r.get("spec", {})) not in (None, judge) and _current(r, tasks))
     if progress and stale:
         print(f"[quality] {path}: rerunning {', '.join(stale)}: recorded with other questions, sizes or files",
               flush=True)
     if progress:
-        print(f"[quality] {path}: {len(done)} of {len(runs)} runs recorded"
+        print(f"[quality] {path}: {len(runs) - len(todo)} of {len(runs)} runs recorded"
               + (f", {len(todo)} to decode ({len(tasks)} questions each)" if todo else ""), flush=True)
     models: dict = {}
 
@@ -250,7 +247,7 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
     commit = git_commit()  # the code this process loaded: read once, not at each write
     result = {"kind": "judge_quality", "command": command_line(), "questions": len(tasks),
               "per_kind": per_kind, "seed": EVALUATION_SEED, "split": "evaluation", "draft_len": SWEEP_DRAFT_LEN,
-              "max_new_tokens": SWEEP_MAX_NEW_TOKENS, "runs": _in_order({**done, **others}, list(runs))}
+              "max_new_tokens": SWEEP_MAX_NEW_TOKENS, "runs": _in_order(kept, list(runs))}
     for name in todo:
         spec = runs[name]
         answering = target if spec["model"] == "target" else model("draft")

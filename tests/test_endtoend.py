@@ -182,3 +182,12 @@ def test_results_page_shows_the_end_to_end_table(loaded, tmp_path, monkeypatch):
         assert r["command"] in section  # each setting's own bench command
     assert "identical to ar" in section  # the greedy setting's check
     assert path not in results.bench_files()
+
+
+def test_resumable_runs_keep_what_is_current_and_rerun_the_rest():
+    from lab.artifacts import resumable_runs
+    recorded = {"a": {"v": 1}, "b": {"v": 1}, "old": {"v": 0}}
+    kept, todo, stale = resumable_runs(recorded, {"a": 1, "b": 2, "c": 3}, lambda r: r["v"])
+    assert (list(kept), todo, stale) == (["a", "old"], ["b", "c"], ["b"])
+    kept, _, stale = resumable_runs(recorded, {"a": 1}, lambda r: r["v"], keep_other=lambda n, r: False)
+    assert (list(kept), stale) == (["a"], ["b", "old"])

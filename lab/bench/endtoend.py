@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..artifacts import git_commit, machine, read_results, write_json
+from ..artifacts import git_commit, machine, read_results, resumable_runs, write_json
 from ..data import load_prompts
 from ..errors import LabError
 from ..options import add_options, flags, from_args, recorded
@@ -139,20 +139,19 @@ def run_end_to_end(options: EndToEndOptions, setup: Setup, path: Path | None = N
     path = Path(path or options.json or results_path())
     fingerprint = _fingerprint(options)
     done = load_partial(path)
-    wanted = {s.key: methods_for(s, methods)[0] for s in settings}
     # a setting is kept if it ran with the same options and the same methods; others run again
-    kept = {k: r for k, r in done.items() if k in wanted and list(r["methods"]) == wanted[k]
-            and r.get("endtoend", {}).get("fingerprint") == fingerprint}
-    todo = [s for s in settings if s.key not in kept]
-    if progress and kept:
-        print(f"[endtoend] {path}: {len(kept)} setting(s) kept from an earlier run with the same options: "
-              f"{', '.join(kept)}; {len(todo)} to run", flush=True)
-    stale = sorted(set(done) & set(wanted) - set(kept))
+    wanted = {s.key: (methods_for(s, methods)[0], fingerprint) for s in settings}
+    kept, todo_keys, stale = resumable_runs(
+        done, wanted, lambda r: (list(r["methods"]), r.get("endtoend", {}).get("fingerprint")))
+    todo = [s for s in settings if s.key in todo_keys]
+    if progress and set(kept) & set(wanted):
+        print(f"[endtoend] {path}: {len(wanted) - len(todo)} setting(s) kept from an earlier run with the same "
+              f"options: {', '.join(k for k in kept if k in wanted)}; {len(todo)} to run", flush=True)
     if progress and stale:
         print(f"[endtoend] rerunning {', '.join(stale)}: recorded with other options or methods", flush=True)
     prompts = {s.key: load_prompts(s.dataset, options.limit) for s in todo}
     result = {"kind": "end_to_end", "command": shlex.join(["python", "-m", "lab", "endtoend", *flags(options)]),
-              "settings": {**{k: r for k, r in done.items() if k not in [s.key for s in todo]}}}
+              "settings": dict(kept)}
     bar = tqdm(total=sum(len(p) for p in prompts.values()), desc="end to end (prompts)", unit="prompt",
                disable=not progress)
     for setting in todo:
