@@ -18,6 +18,7 @@ import torch
 from .engine import Engine
 from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
+from .timing import Seconds
 from .trees import DraftTree
 from .verify import (ChainResult, TreeResult, argmax_rows, verify_chain, verify_chain_greedy, verify_chain_lossy,
                      verify_tree, verify_tree_greedy)
@@ -209,31 +210,27 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     layers = getattr(drafter, "feature_layers", ())  # EAGLE drafters read the target's features
     drafter.begin(prompt)
 
-    def timed(field: str, call, *args):  # seconds into result.<field>, for the bench's shares
-        t = time.perf_counter()
-        out = call(*args)
-        setattr(result, field, getattr(result, field) + time.perf_counter() - t)
-        return out
+    spent = Seconds()  # drafting and scoring, for the bench's time shares
     if len(prompt) > 1:
         features = _features(target.forward(prompt[:-1], hidden_layers=layers, last_only=True), layers)
-        timed("draft_seconds", drafter.commit, prompt, features)
+        spent.call("draft", drafter.commit, prompt, features)
     context = list(prompt)
     while len(result.tokens) < max_new_tokens:
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
-        proposal = timed("draft_seconds", drafter.propose, context, k, sampling, rng)
+        proposal = spent.call("draft", drafter.propose, context, k, sampling, rng)
         if isinstance(proposal, DraftTree):
             if rule is not None:
                 raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
-            cycle = timed("score_seconds", _tree_cycle, target, context, proposal, kernel, sampling, rng, layers)
+            cycle = spent.call("score", _tree_cycle, target, context, proposal, kernel, sampling, rng, layers)
         else:
-            cycle = timed("score_seconds", _chain_cycle, target, context, *proposal, kernel, sampling, rng, layers,
+            cycle = spent.call("score", _chain_cycle, target, context, *proposal, kernel, sampling, rng, layers,
                           rule)
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
             gaps = top2_gaps(cycle.logits[cycle.rows])
-        timed("draft_seconds", drafter.commit, context + cycle.tokens, cycle.features)
+        spent.call("draft", drafter.commit, context + cycle.tokens, cycle.features)
         emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:
             emitted = emitted[: emitted.index(eos_id) + 1]
@@ -255,4 +252,5 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         if eos_id is not None and emitted and emitted[-1] == eos_id:
             break
     result.seconds = time.perf_counter() - start
+    result.draft_seconds, result.score_seconds = spent.get("draft", 0.0), spent.get("score", 0.0)
     return result

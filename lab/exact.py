@@ -26,7 +26,6 @@ import hashlib
 import os
 import platform
 import subprocess
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -37,6 +36,7 @@ from transformers import LlamaForCausalLM
 from .engine import Scored, allowed_keys
 from .errors import LabError
 from .paths import CACHE_DIR
+from .timing import Seconds
 
 # Rows per packed-linear call. In one-off checks 2..32 rows gave row-identical results on every
 # shape, one row did not, and 4 rows ran fastest of 1..8 on an AMD EPYC (one or two rows were
@@ -109,36 +109,26 @@ def ops() -> ctypes.CDLL:
     return _OPS
 
 
-def _timing(seconds: dict[str, float], name: str, op: Callable) -> Callable:
-    """`op`, with each call's seconds added to `seconds[name]`."""
-    def timed(*args):
-        start = time.perf_counter()
-        out = op(*args)
-        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
-        return out
-    return timed
-
-
 class _TimedOps:
     """The compiled operations, each call's seconds added to `seconds` under its name."""
 
-    def __init__(self, lib: ctypes.CDLL, seconds: dict[str, float]):
+    def __init__(self, lib: ctypes.CDLL, seconds: Seconds):
         self.lib, self.seconds = lib, seconds
 
     def __getattr__(self, name: str) -> Callable:
-        return _timing(self.seconds, name, getattr(self.lib, name))
+        return self.seconds.wrap(name, getattr(self.lib, name))
 
 
 @contextmanager
-def step_seconds() -> Iterator[dict[str, float]]:
+def step_seconds() -> Iterator[Seconds]:
     """Within it, every `ExactEngine` forward adds the seconds of its steps to the dict it yields:
     "products" (the packed linears, the LM head included) and each C operation by name
     ("tree_attention", "add_norm", "rope_into_cache", "swiglu"); the rest of a forward is
     Python and torch's small operations. Timing costs two clock reads per step."""
     global _OPS, packed_linear
-    seconds: dict[str, float] = {}
+    seconds = Seconds()
     untimed_ops, untimed_linear = ops(), packed_linear
-    _OPS, packed_linear = _TimedOps(untimed_ops, seconds), _timing(seconds, "products", untimed_linear)
+    _OPS, packed_linear = _TimedOps(untimed_ops, seconds), seconds.wrap("products", untimed_linear)
     try:
         yield seconds
     finally:

@@ -12,6 +12,7 @@ from .exact import ExactEngine, step_seconds
 from .models import engine_for
 from .sampling import probabilities
 from .theory import acceptance_rate
+from .timing import fastest
 
 
 def parameter_bytes(model: torch.nn.Module) -> int:
@@ -45,14 +46,14 @@ def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     a float32 tensor far larger than the CPU caches (a sum reads every byte once and does one
     addition per 4 bytes, so it is bound by the read, like one-token decoding)."""
     x = torch.ones(megabytes * 2**20 // 4)
-    return x.numel() * 4 / _timed(lambda: x.sum(), repeats)
+    return x.numel() * 4 / fastest({0: lambda: x.sum()}, repeats)[0]
 
 
 def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 2048, repeats: int = 5) -> float:
     """FLOP per second of one n x n by n x n matrix product (2 n^3 FLOP) in `dtype`: the
     machine's arithmetic ceiling as the math library reaches it."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    return 2 * n**3 / _timed(lambda: a @ b, repeats)
+    return 2 * n**3 / fastest({0: lambda: a @ b}, repeats)[0]
 
 
 @torch.inference_mode()
@@ -70,31 +71,8 @@ def linear_latency(model: torch.nn.Module, ks: list[int], repeats: int = 5) -> d
         def products() -> None:
             for m in linears:
                 torch.nn.functional.linear(inputs[m.in_features], m.weight)
-        out[k] = _timed(products, repeats)
+        out[k] = fastest({0: products}, repeats)[0]
     return out
-
-
-def _timed(fn, repeats: int, warmup: int = 3) -> float:
-    """The fastest of `repeats` runs of `fn`: the run least disturbed by whatever else the
-    machine is doing."""
-    return _timed_in_turns({0: fn}, repeats, warmup)[0]
-
-
-def _timed_in_turns(steps: dict, repeats: int, warmup: int = 3) -> dict:
-    """The fastest of `repeats` runs of each step, run in turns (one run of every step per
-    round) so that a shared machine's drift over the minutes this takes reaches every step
-    alike; timing each step's repeats back to back would hand one step a quiet minute and the
-    next a busy one."""
-    for step in steps.values():
-        for _ in range(warmup):  # first calls pay for allocation and thread start-up
-            step()
-    times: dict = {key: [] for key in steps}
-    for _ in range(repeats):
-        for key, step in steps.items():
-            start = time.perf_counter()
-            step()
-            times[key].append(time.perf_counter() - start)
-    return {key: min(t) for key, t in times.items()}
 
 
 def cropped_forwards(model: torch.nn.Module, configs: list[tuple[int, bool]], prefix: int = 200, seed: int = 0,
@@ -125,8 +103,8 @@ def latency_table(model: torch.nn.Module, configs: list[tuple[int, bool]], prefi
                   seed: int = 0, make_engine: Callable = engine_for) -> dict[tuple[int, bool], float]:
     """Seconds of one cached forward over k new positions after `prefix` tokens for each
     (k, tree) in `configs` (`cropped_forwards`), the fastest of `repeats` runs taken in turns
-    (`_timed_in_turns`): what the cost model divides by what must come from the same minutes."""
-    return _timed_in_turns(cropped_forwards(model, configs, prefix, seed, make_engine), repeats)
+    (`lab.timing.fastest`): what the cost model divides by what must come from the same minutes."""
+    return fastest(cropped_forwards(model, configs, prefix, seed, make_engine), repeats)
 
 
 def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, cached: bool = True,
@@ -154,7 +132,7 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
             engine.reset()
             engine.forward(ids)
         return run
-    return _timed_in_turns({k: step(prefix_ids + torch.randint(0, vocab, (k,), generator=g).tolist()) for k in ks},
+    return fastest({k: step(prefix_ids + torch.randint(0, vocab, (k,), generator=g).tolist()) for k in ks},
                            repeats)
 
 
@@ -246,5 +224,5 @@ def batch_forward_latency(model: torch.nn.Module, batches: list[int], ns: list[i
             def step() -> None:
                 model(input_ids=new, cache=cache, position_ids=positions, use_cache=True)
                 cache.crop(-n)  # back to the prefix (transformers 5 takes minus the tokens to drop)
-            out[(b, n)] = _timed(step, repeats)
+            out[(b, n)] = fastest({0: step}, repeats)[0]
     return out

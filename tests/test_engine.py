@@ -89,9 +89,9 @@ def test_latencies_are_taken_in_turns(tiny, monkeypatch):
     """Each step's repeats are spread over the whole measurement (one run of every step per
     round), so drift reaches all alike; a table gives one positive time per (k, tree) asked."""
     import lab.measure as measure
+    from lab.timing import fastest
     calls = []
-    best = measure._timed_in_turns({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3,
-                                   warmup=1)
+    best = fastest({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1)
     assert calls == ["a", "b"] + ["a", "b"] * 3 and set(best) == {"a", "b"}
     table = measure.latency_table(tiny, [(1, True), (4, True), (1, False)], prefix=8, repeats=2)
     assert set(table) == {(1, True), (4, True), (1, False)} and all(t > 0 for t in table.values())
