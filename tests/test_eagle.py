@@ -88,7 +88,7 @@ def test_eagle_equals_ar_real(target, tokenizer, real_ar):
 
 
 def test_reduced_vocabulary_drafts_only_its_tokens(tiny, tokenizer):
-    from lab.treeview import CycleRecorder
+    from lab.viz.cycles import CycleRecorder
     subset = torch.arange(5, tiny.config.vocab_size, 7)
     recorder = CycleRecorder(GREEDY)
     decode(Engine(tiny), EagleDraft(EagleHead(tiny).eval(), "dynamic", 3, 3, 10, vocab=subset),
