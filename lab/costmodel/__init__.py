@@ -41,19 +41,19 @@ from typing import Callable
 
 import torch
 
-from .artifacts import command_line, git_commit, machine, write_json
-from .data import chat_ids, mt_bench
-from .decode import decode
-from .drafters import EagleDraft, NoDraft, draft_vocabulary, static_shape
-from .eagle import EagleHead
-from .heads import head_manifest, rank_accuracy_of
-from .eagle3 import Eagle3Head
-from .models import engine_for
-from .errors import LabError
-from .measure import cropped_forwards, forward_latency, latency_table
-from .paths import DATA_DIR, fast_mode, shipped_head
-from .sampling import RandomStream, Sampling
-from .trees import rerank
+from ..artifacts import command_line, git_commit, machine, write_json
+from ..data import chat_ids, mt_bench
+from ..decode import decode
+from ..drafters import EagleDraft, NoDraft, draft_vocabulary, static_shape
+from ..eagle import EagleHead
+from ..heads import head_manifest, rank_accuracy_of
+from ..eagle3 import Eagle3Head
+from ..models import engine_for
+from ..errors import LabError
+from ..measure import cropped_forwards, forward_latency, latency_table
+from ..paths import DATA_DIR, fast_mode, shipped_head
+from ..sampling import RandomStream, Sampling
+from ..trees import rerank
 
 CHOICE_PATH = DATA_DIR / "eagle" / "tree_choice.json"
 GREEDY = Sampling(0.0, 0, 1.0)
