@@ -311,7 +311,7 @@ def test_the_commit_is_timed_after_a_target_forward_and_without_it(tiny, tokeniz
 
 def test_ar_time_splits_into_prefill_forwards_and_the_loop(tiny, tokenizer):
     """The timed engine sees decode's prefill first, then one forward per new token."""
-    from lab.costmodel import _TimedEngine, greedy_continuations
+    from lab.costmodel.tau import _TimedEngine, greedy_continuations
     engine = _TimedEngine(Engine(tiny))
     prompt = prompts(tokenizer, 1)[0]
     out = decode(engine, NoDraft(), prompt, 12, GREEDY, 0, 0, None)
