@@ -96,7 +96,7 @@ def _bench(args: argparse.Namespace) -> None:
     if drafted:
         print(drafted)
     if o.figure:
-        from .plots import plot_bench
+        from .viz.plots import plot_bench
         plot_bench(result, o.figure)
         print(f"figure written to {o.figure}")
 

@@ -197,7 +197,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     greedily with that rule as a second way in (chains only). `on_tokens(tokens, origins)` sees
     each cycle's new tokens; `on_cycle(context, proposal, cycle, tokens, origins)` also sees the
     context the cycle started from, what was drafted and how the target scored it
-    (lab/treeview.py records cycles with it)."""
+    (lab/viz/cycles.py records cycles with it)."""
     if not prompt:
         raise ValueError("empty prompt: give at least one token")
     if rule is not None and not sampling.greedy:

@@ -101,7 +101,8 @@ HEADS = (
 ENTRIES: tuple[Entry, ...] = (
     *HEADS,
     Entry("eagle/tree_choice*.json", "a tuned tree (one per head and dtype)", _tree_choice,
-          (("lab/costmodel.py", "tuned = json.loads(path.read_text())"), ("tests/test_evaluate.py", "tree_choice"))),
+          (("lab/costmodel/choice.py", "tuned = json.loads(path.read_text())"),
+           ("tests/test_evaluate.py", "tree_choice"))),
     Entry("eagle/trainer_steps.json", "the seconds of one training step of each trainer", lambda p: STEPS_PATH,
           (("docs/findings.md", "data/eagle/trainer_steps.json"),)),
     Entry("eagle/*.json", "a head's manifest (a head without weights ships its manifest alone)", _head_manifest,

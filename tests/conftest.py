@@ -42,8 +42,8 @@ def trusted_timings(monkeypatch):
     """The tuner accepts whatever rounds it measured: the tiny target's forwards take a few ms and
     their rounds may disagree on a loaded machine (CI failed that way). The refusal has its own
     test (test_tuning_refuses_rounds_a_busy_machine_made_disagree)."""
-    import lab.costmodel as costmodel
-    monkeypatch.setattr(costmodel, "agreeing_rounds", lambda rounds, measure: rounds)
+    import lab.costmodel.choice as choice
+    monkeypatch.setattr(choice, "agreeing_rounds", lambda rounds, measure: rounds)
 
 
 @pytest.fixture(scope="session")

@@ -88,7 +88,7 @@ def test_eagle_equals_ar_real(target, tokenizer, real_ar):
 
 
 def test_reduced_vocabulary_drafts_only_its_tokens(tiny, tokenizer):
-    from lab.treeview import CycleRecorder
+    from lab.viz.cycles import CycleRecorder
     subset = torch.arange(5, tiny.config.vocab_size, 7)
     recorder = CycleRecorder(GREEDY)
     decode(Engine(tiny), EagleDraft(EagleHead(tiny).eval(), "dynamic", 3, 3, 10, vocab=subset),
@@ -311,7 +311,7 @@ def test_the_commit_is_timed_after_a_target_forward_and_without_it(tiny, tokeniz
 
 def test_ar_time_splits_into_prefill_forwards_and_the_loop(tiny, tokenizer):
     """The timed engine sees decode's prefill first, then one forward per new token."""
-    from lab.costmodel import _TimedEngine, greedy_continuations
+    from lab.costmodel.tau import _TimedEngine, greedy_continuations
     engine = _TimedEngine(Engine(tiny))
     prompt = prompts(tokenizer, 1)[0]
     out = decode(engine, NoDraft(), prompt, 12, GREEDY, 0, 0, None)
@@ -437,7 +437,7 @@ def test_a_given_tree_takes_the_tuned_vocabulary_and_predictions(tmp_path):
     import json
     from lab.costmodel import given_tree, load_choice
     assert given_tree(3, 2, 8, tmp_path / "missing.json").draft_vocab == 8192
-    tuned = {"choice": {"draft_vocab": 4096},
+    tuned = {"dtype": "float32", "choice": {"draft_vocab": 4096},
              "dynamic": [{"depth": 3, "top_k": 2, "total_tokens": 8, "tau": 2.0, "predicted_speedup": 1.1}],
              "static": [{"depth": 3, "total_tokens": 8, "tau": 1.9, "predicted_speedup": 1.05}]}
     (tmp_path / "t.json").write_text(json.dumps(tuned))
@@ -445,7 +445,7 @@ def test_a_given_tree_takes_the_tuned_vocabulary_and_predictions(tmp_path):
     assert (t.draft_vocab, t.predicted_tau, t.predicted_speedup, t.static_predicted_speedup) == (4096, 2.0, 1.1, 1.05)
     other = given_tree(4, 2, 8, tmp_path / "t.json")
     assert (other.predicted_speedup, other.static_predicted_speedup, other.draft_vocab) == (None, None, 4096)
-    # a tuning without "dtype" was float32; bfloat16 has another T(n), so no prediction and no auto tree
+    # a float32 tuning says nothing of bfloat16, whose T(n) differs: no prediction and no auto tree
     bf16 = given_tree(3, 2, 8, tmp_path / "t.json", dtype="bfloat16")
     assert (bf16.predicted_speedup, bf16.draft_vocab) == (None, 4096)
     with pytest.raises(LabError, match="tuned with the target in float32"):

@@ -22,8 +22,8 @@ from lab.errors import LabError
 from lab.paths import EAGLE3_SHIPPED
 from lab.sampling import RandomStream, Sampling
 from lab.simulate import simulate_tree
-from lab.treeview import CycleRecorder
 from lab.train.eagle3 import make_batch, train_eagle3, ttt_loss, ttt_attention_mask
+from lab.viz.cycles import CycleRecorder
 from test_eagle import prompts, small_set
 from test_verify import chi2_pvalue
 from test_verify_tree import no_renormalisation
@@ -476,7 +476,7 @@ def test_the_tree_viewer_records_eagle3_cycles(tiny, tokenizer):
     """notebook 05's inspector records an EAGLE-3 drafter's cycles like any other: one record per
     cycle, the emitted tokens are the decoded ones (the prefill scores the prompt and emits
     nothing), and each cycle renders as an SVG tree."""
-    from lab.treeview import CycleRecorder, cycle_svg
+    from lab.viz.drawing import cycle_svg
     recorder = CycleRecorder(GREEDY)
     out = decode(Engine(tiny), EagleDraft(random_head(tiny, seed=3), "dynamic", 3, 3, 8), prompts(tokenizer, 1)[0],
                  16, GREEDY, 3, 0, None, on_cycle=recorder)

@@ -17,16 +17,10 @@ from lab.engine import Engine
 from lab.errors import LabError
 from lab.models import make_draft
 from lab.sampling import Sampling
-from lab.treeview import (
-    CycleRecorder,
-    cycle_svg,
-    foldable,
-    node_details,
-    node_states,
-    visible_text,
-)
 from lab.verify import children_of
-from lab.widgets import DraftTreeInspector
+from lab.viz.cycles import CycleRecorder, node_details, node_states, visible_text
+from lab.viz.drawing import cycle_svg, foldable
+from lab.viz.inspector import DraftTreeInspector
 
 PROMPT = "Name three colours of the sea."
 

@@ -69,7 +69,7 @@ class ModelDraft:
     def confidences(self) -> list[float]:
         """The draft's probability of each token of the last proposal: q(x) when sampling, its
         softmax at temperature 1 when greedy (where q is one-hot). Computed when asked
-        (lab.treeview shows them), so decoding does not pay for it."""
+        (lab.viz.cycles records them), so decoding does not pay for it."""
         rows, drafts, greedy = self._proposal
         return [float((torch.softmax(row.float(), -1) if greedy else row)[x]) for row, x in zip(rows, drafts)]
 

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .quality import DEFAULT_JUDGE, judge_runs
+from ..quality import DEFAULT_JUDGE, judge_runs
 
 
 def use_style() -> None:

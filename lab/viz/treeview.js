@@ -1,5 +1,5 @@
-// The draft-tree view's front end (lab/widgets.py, TreeView). Python draws the SVG
-// (lab/treeview.py); this shows it and reports clicks on nodes back to Python, which
+// The draft-tree view's front end (lab/viz/inspector.py, TreeView). Python draws the SVG
+// (lab/viz/drawing.py); this shows it and reports clicks on nodes back to Python, which
 // selects the node and folds or unfolds its branch. Bundled with the package: nothing is
 // fetched at run time.
 function render({ model, el }) {

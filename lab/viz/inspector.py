@@ -2,13 +2,13 @@
 prompt and see, for every drafted node, what the draft and the target made of it.
 
 `DraftTreeInspector(prompt, method=..., temperature=..., tree=...)` decodes the prompt with the
-method, recording every cycle (`lab.treeview.CycleRecorder` on decode's `on_cycle` hook), and
+method, recording every cycle (`lab.viz.cycles.CycleRecorder` on decode's `on_cycle` hook), and
 shows one cycle at a time as an SVG tree, with a cycle slider and play/pause, the method,
 temperature and tree budget as controls, the details of the clicked node, and the text so far
 coloured by where each token came from. Changing a control decodes again.
 
 The controls are ipywidgets; the tree is a small anywidget view whose JavaScript ships in the
-package (lab/treeview.js), so nothing is fetched at run time. Where no widget can render (an
+package (lab/viz/treeview.js), so nothing is fetched at run time. Where no widget can render (an
 exported notebook, nbconvert) the display falls back to static HTML of the current cycle: the
 same SVG, as Python drew it.
 """
@@ -22,24 +22,17 @@ import anywidget
 import ipywidgets as widgets
 import traitlets
 
-from .bench import STATIC_METHODS, Setup, make_drafter
-from .costmodel import dtype_name, given_tree, load_choice
-from .data import chat_ids
-from .decode import DecodeResult, decode
-from .errors import LabError
-from .heads import head_manifest, load_head, rank_accuracy_of
-from .models import engine_for, load_draft, load_target, load_tokenizer
-from .paths import EAGLE3_SHIPPED, shipped_head
-from .sampling import Sampling
-from .treeview import (
-    CycleRecord,
-    CycleRecorder,
-    cycle_summary,
-    cycle_svg,
-    foldable,
-    generated_html,
-    node_details,
-)
+from ..bench import STATIC_METHODS, Setup, make_drafter
+from ..costmodel import dtype_name, given_tree, load_choice
+from ..data import chat_ids
+from ..decode import DecodeResult, decode
+from ..errors import LabError
+from ..heads import head_manifest, load_head, rank_accuracy_of
+from ..models import engine_for, load_draft, load_target, load_tokenizer
+from ..paths import EAGLE3_SHIPPED, shipped_head
+from ..sampling import Sampling
+from .cycles import CycleRecord, CycleRecorder, cycle_summary, node_details
+from .drawing import cycle_svg, foldable, generated_html
 
 INSPECTED_METHODS = ("sd", "sd-tree", "eagle1", "eagle2", "eagle3")
 CHAIN_METHODS = ("sd",)  # their budget is the chain's length: the depth slider alone

@@ -1,0 +1,200 @@
+"""`tune`: the tree with the best predicted speed-up, measured and written to a choice file per
+head and dtype; and the readers of those files (`load_choice`, `given_tree`, `choice_row`,
+`tuned_cycle_costs`)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..artifacts import command_line, git_commit, machine, write_json
+from ..data import mt_bench
+from ..drafters import EagleDraft, draft_vocabulary, static_shape
+from ..eagle import EagleHead
+from ..eagle3 import Eagle3Head
+from ..errors import LabError
+from ..heads import head_manifest, rank_accuracy_of
+from ..measure import forward_latency, latency_table
+from ..paths import DATA_DIR, fast_mode, shipped_head
+from .costs import agreeing_rounds, monotone, predicted_speedup, spread, verification_pass
+from .tau import DEPTHS, SIZES, TOP_KS, Continuation, draft_positions, greedy_continuations, measure_trees, walk_tau
+
+CHOICE_PATH = DATA_DIR / "eagle" / "tree_choice.json"
+WALKED = 5  # the best trees by the uniform-position tau that tuning scores again by walking
+
+
+@dataclass
+class TreeChoice:
+    """A tree (depth, top-k, total tokens) and what tuning predicted for it and for the static
+    tree of its depth and size (None where tuning did not measure that tree)."""
+    depth: int
+    top_k: int
+    total_tokens: int
+    predicted_tau: float
+    predicted_speedup: float
+    static_predicted_tau: float | None = None
+    static_predicted_speedup: float | None = None
+    draft_vocab: int = 0  # drafts restricted to this many most frequent tokens (0: all)
+
+
+def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_tokens: int = 128, positions: int = 160,
+         prefix: int = 300, path: Path | None = None, seed: int = 0, rank_accuracy: list[float] | None = None,
+         depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0, head_name: str | None = None) -> dict:
+    """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
+    speed-up; write everything (and the static tree's figures at the same budget) to `path`
+    (`python -m lab tune tree` passes `choice_path(dtype, name)`; None writes nothing).
+    `head_name` is the head's file under data/eagle (default: its kind's shipped one): its
+    manifest gives the per-rank accuracy that shapes the static tree."""
+    if prompts is None:
+        prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
+    # The machine drifts over minutes (docs/findings.md), so the timings the prediction divides
+    # are taken interleaved: three rounds, each a third of the AR continuations, then T(n) over
+    # all sizes with a tree mask and AR's own unmasked T(1), in turns within the round. Each T
+    # is the fastest of its rounds; prefill and the loop's own time come from the continuations'
+    # decodings.
+    seqs, rounds, ar_forwards = [], [], []
+    for r in range(3):
+        seqs += greedy_continuations(target, tokenizer, prompts[r::3], max_new_tokens, head.feature_layers)
+        # AR's unmasked T(1) in turns with the tree sizes: the prediction divides one by the other
+        table = latency_table(target, [(n, True) for n in [1, *sizes]] + [(1, False)], prefix=prefix, repeats=5)
+        rounds.append({n: table[(n, True)] for n in [1, *sizes]})
+        ar_forwards.append(table[(1, False)])
+    rounds = agreeing_rounds(rounds, lambda: forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5,
+                                                            tree=True))
+    measured = {n: min(r[n] for r in rounds) for n in rounds[0]}
+    latency = monotone(measured)
+    new_tokens = sum(len(c.ids) - c.prompt_len for c in seqs)
+    ar_per_token = sum(c.seconds for c in seqs) / new_tokens  # what bench measures for AR, kept for comparison
+    ar_forward = min(ar_forwards)  # AR's forward takes no mask
+    prefill = sum(c.prefill_seconds for c in seqs) / new_tokens
+    loop = sum(c.seconds - c.prefill_seconds - c.forward_seconds for c in seqs) / new_tokens  # AR: a cycle per token
+    picks = draft_positions(seqs, positions, seed)
+    rank_accuracy = rank_accuracy or rank_accuracy_of(head_manifest(head_name or shipped_head(head.variant)))
+    vocab = draft_vocabulary(draft_vocab) if draft_vocab else None
+    own = getattr(head, "vocab", None)  # an EAGLE-3 head drafts over its own vocabulary
+    first = measure_trees(head, seqs, picks, depths, top_ks, sizes, vocab=vocab,
+                          before_commit=verification_pass(target, prefix))
+    commit = first["commit_seconds"]
+    costs = (latency, commit, ar_forward, loop, prefill)
+    for row in first["dynamic"]:
+        row["predicted_speedup"] = predicted_speedup(row, *costs)
+    # screened on the uniform positions, decided on the walk (lab/costmodel/tau.py says why)
+    for row in sorted(first["dynamic"], key=lambda r: r["predicted_speedup"], reverse=True)[:WALKED]:
+        drafter = EagleDraft(head, "dynamic", row["depth"], row["top_k"], row["total_tokens"], vocab=vocab)
+        _walk(row, drafter, seqs, costs)
+    best = max((r for r in first["dynamic"] if "walked_tau" in r), key=lambda r: r["walked_predicted_speedup"])
+    static = measure_trees(head, seqs, picks, depths=(best["depth"],), top_ks=(best["top_k"],), sizes=sizes,
+                           static_depth=best["depth"], rank_accuracy=rank_accuracy, vocab=vocab)["static"]
+    for row in static:
+        row["predicted_speedup"] = predicted_speedup(row, *costs)
+    same = next(r for r in static if r["total_tokens"] == best["total_tokens"])
+    shape = static_shape(best["total_tokens"], best["depth"], rank_accuracy)
+    _walk(same, EagleDraft(head, "static", shape=shape, vocab=vocab), seqs, costs)
+    choice = TreeChoice(best["depth"], best["top_k"], best["total_tokens"], round(best["walked_tau"], 4),
+                        round(best["walked_predicted_speedup"], 4), round(same["walked_tau"], 4),
+                        round(same["walked_predicted_speedup"], 4), draft_vocab)
+    responses = torch.tensor([t for c in seqs for t in c.ids[c.prompt_len:]])
+    drafted = own.cpu() if own is not None else vocab
+    coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
+    result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
+              "head": head_name or shipped_head(head.variant), "dtype": dtype_name(target.dtype),
+              "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
+              "max_new_tokens": max_new_tokens,
+              "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
+              "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
+              "target_latency_rounds": len(rounds),
+              "target_latency_spread": {str(k): round(v, 4) for k, v in spread(rounds).items()},
+              "target_latency_seconds": {str(k): v for k, v in latency.items()},  # monotone(measured)
+              "ar_forward_seconds": ar_forward, "loop_seconds": loop, "prefill_seconds_per_token": prefill,
+              "commit_seconds": commit, "commit_seconds_repeated": first["commit_seconds_repeated"],
+              "ar_seconds_per_token": ar_per_token,
+              "predicted_ar_seconds_per_token": prefill + ar_forward + loop, "positions": first["positions"],
+              "walked_trees": WALKED,
+              "draft_vocab": draft_vocab, "draft_vocab_coverage_of_tuning_responses": coverage,
+              "draft_vocab_size": len(drafted) if drafted is not None else "all",
+              "choice": asdict(choice), "dynamic": first["dynamic"], "static": static,
+              "rank_accuracy": rank_accuracy}
+    if path:
+        write_json(path, result)
+    return result
+
+
+def _walk(row: dict, drafter: EagleDraft, seqs: list[Continuation], costs: tuple) -> None:
+    """Add a tuning row's walked tau and the speed-up predicted from it beside its
+    uniform-position figures (`tau`, `predicted_speedup`, which every row has)."""
+    row["walked_tau"] = walk_tau(drafter, seqs, row["depth"])
+    row["walked_predicted_speedup"] = predicted_speedup({**row, "tau": row["walked_tau"]}, *costs)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> "bfloat16", the name the command line and the choice files use."""
+    return str(dtype).removeprefix("torch.")
+
+
+def choice_path(dtype: str = "float32", head: str = "eagle1") -> Path:
+    """Where `tune` keeps its choice for a head with the target in `dtype` (each dtype has its
+    own T(n), each head its own acceptance)."""
+    parts = [p for p in (None if head == "eagle1" else head, None if dtype == "float32" else dtype) if p]
+    return CHOICE_PATH.with_name("_".join(["tree_choice", *parts]) + ".json")
+
+
+def _tune_command(head: str, kind: str | None, dtype: str) -> str:
+    kind = kind or head
+    # an EAGLE-3 head is always named: the kind's default file is eagle3-full, not eagle3
+    named = head != kind or kind == "eagle3"
+    return f"python -m lab tune tree --head {kind}" + (f" --name {head}" if named else "") + f" --dtype {dtype}"
+
+
+def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "eagle1",
+                kind: str | None = None) -> TreeChoice:
+    """The tuned tree of the head file `head` (of `kind` eagle1 or eagle3: default, the same
+    name); it is only valid for the dtype whose T(n) the tuning measured."""
+    path = path or choice_path(dtype, head)
+    if not path.exists():
+        raise LabError(f"no tuned tree at {path}: run `{_tune_command(head, kind, dtype)}` (a few minutes) "
+                       "or pass --eagle-tree depth,top-k,total")
+    tuned = json.loads(path.read_text())
+    if tuned["dtype"] != dtype:
+        raise LabError(f"the tree in {path} was tuned with the target in {tuned['dtype']}, not {dtype}: "
+                       f"run `{_tune_command(head, kind, dtype)}` or pass --eagle-tree depth,top-k,total")
+    return TreeChoice(**tuned["choice"])
+
+
+def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,
+               dtype: str = "float32", head: str = "eagle1", kind: str | None = None) -> TreeChoice:
+    """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
+    tuning; an EAGLE-3 head over its own), with the tuner's predictions for it where the
+    tuning measured that tree with the target in the same dtype (another dtype has another
+    T(n), so no prediction); the walked figures where tuning walked that tree, the (optimistic)
+    uniform-root ones otherwise. `head` names the head file whose tuning applies, `kind` (eagle1 or
+    eagle3) what it is: by default the same as `head`."""
+    path = path or choice_path(dtype, head)
+    if not path.exists():
+        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=0 if (kind or head) == "eagle3" else 8192)
+    tuned = json.loads(path.read_text())
+    if tuned["dtype"] != dtype:
+        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])
+    same = [r for r in tuned["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) == (depth, top_k, total_tokens)]
+    static = [r for r in tuned["static"] if (r["depth"], r["total_tokens"]) == (depth, total_tokens)]
+    def pick(rows: list[dict], key: str) -> float | None:  # the walked figure where tuning walked that tree
+        return round(rows[0].get(f"walked_{key}", rows[0][key]), 4) if rows else None
+    return TreeChoice(depth, top_k, total_tokens, pick(same, "tau"), pick(same, "predicted_speedup"),
+                      pick(static, "tau"), pick(static, "predicted_speedup"), tuned["choice"]["draft_vocab"])
+
+
+def choice_row(tuned: dict) -> dict:
+    """The grid row of a `tune` result's chosen tree (its uniform-root and walked figures)."""
+    c = tuned["choice"]
+    return next(r for r in tuned["dynamic"]
+                if (r["depth"], r["top_k"], r["total_tokens"]) == (c["depth"], c["top_k"], c["total_tokens"]))
+
+
+def tuned_cycle_costs(path: Path) -> dict:
+    """From a `tune` file: the chosen tree's size and what one drafting cycle cost on the
+    tuning machine at batch 1 (drafting the tree plus committing the accepted features)."""
+    tuned = json.loads(path.read_text())
+    c, row = tuned["choice"], choice_row(tuned)
+    return {"total_tokens": c["total_tokens"], "draft_seconds": row["draft_seconds"],
+            "commit_seconds": tuned["commit_seconds"], "machine": tuned["machine"]["cpu"], "command": tuned["command"]}

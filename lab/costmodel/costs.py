@@ -1,0 +1,83 @@
+"""The cost side of the tree's predicted speed-up: the T(n) rounds (kept only when they agree)
+and the curve made from them, the verification pass a commit is timed after, and the speed-up
+predicted for one tree, for one sequence or a batch (the formula is in lab/costmodel/__init__.py)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import LabError
+from ..measure import cropped_forwards
+
+
+def verification_pass(target, prefix: int = 300, n: int = 4, seed: int = 0) -> Callable[[], None]:
+    """A function that runs one tree-masked target forward over `n` positions after a cached
+    `prefix` and crops it away again: what decoding runs between two commits of the head."""
+    return cropped_forwards(target, [(n, True)], prefix, seed)[(n, True)]
+
+
+def monotone(latency: dict[int, float]) -> dict[int, float]:
+    """The closest non-decreasing curve to measured T(n) (least squares, pool-adjacent-
+    violators). A modelling choice, not a law: T(n) need not be monotone (notebook 01: few-row
+    products take other code paths), but its dips are small, and a dip from timing noise would
+    otherwise decide the tree."""
+    blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
+    for n in sorted(latency):
+        blocks.append([latency[n], 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    values = [total / count for total, count in blocks for _ in range(int(count))]
+    return dict(zip(sorted(latency), values))
+
+
+SPREAD_TOLERANCE = 0.25  # the two fastest rounds of T(n) may differ this much before tuning re-measures
+
+
+def spread(rounds: list[dict[int, float]]) -> dict[int, float]:
+    """Per size n, how far apart the two fastest rounds' T(n) are (second / first - 1): the
+    tuner uses the fastest, so it must be reproduced by another round."""
+    return {n: (lambda t: t[1] / t[0] - 1)(sorted(r[n] for r in rounds)) for n in rounds[0]}
+
+
+def agreeing_rounds(rounds: list[dict[int, float]], measure: Callable[[], dict[int, float]], extra: int = 2,
+                    tolerance: float = SPREAD_TOLERANCE) -> list[dict[int, float]]:
+    """The T(n) rounds, once every n's fastest time is reproduced by another round within
+    `tolerance`: a busy machine (another job on the same cores) makes rounds disagree, and a
+    tree chosen from such timings is wrong. Up to `extra` more rounds are measured; then
+    tuning refuses in one line."""
+    for attempt in range(extra + 1):
+        n, worst = max(spread(rounds).items(), key=lambda kv: kv[1])
+        if worst <= tolerance:
+            return rounds
+        if attempt < extra:
+            rounds = rounds + [measure()]
+    raise LabError(f"the fastest two timings of T({n}) differ by {worst:.0%} after {len(rounds)} rounds (tolerance "
+                   f"{tolerance:.0%}): the machine is busy; stop other jobs and rerun `python -m lab tune tree`, "
+                   "or pass --eagle-tree")
+
+
+def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_forward: float, loop: float,
+                      prefill: float) -> float:
+    """t_AR / t_spec (lab/costmodel/__init__.py) for one tree `row` (its tau and drafting time)."""
+    cycle = latency[row["total_tokens"]] + row["draft_seconds"] + commit + loop
+    return (prefill + ar_forward + loop) / (prefill + cycle / row["tau"])
+
+
+def batch_speedups(tau: float, latency: dict[tuple[int, int], float], n: int, draft_seconds: float,
+                   draft_scaling: str = "batched") -> dict[int, float]:
+    """Predicted speed-up of speculative decoding over AR when `batch` sequences are decoded
+    together, per batch size: tau * T(b, 1) / (T(b, n) + draft(b)), with T(b, k) measured
+    (`lab.measure.batch_forward_latency`), tau assumed not to depend on the batch (each
+    sequence drafts and verifies its own tree) and `draft_seconds` the drafting cost of one
+    cycle at batch 1. How drafting grows with the batch is assumed, not measured:
+    `batched` scales it like the target's one-token step, draft(b) = draft(1) * T(b, 1) / T(1, 1)
+    (the draft batched as well as the target); `serial` as b * draft(1) (one sequence after
+    another). The decoding loop's own overhead is left out on both sides."""
+    if draft_scaling not in ("batched", "serial"):
+        raise ValueError(f"draft_scaling must be 'batched' or 'serial', got {draft_scaling!r}")
+    out = {}
+    for b in sorted({b for b, _ in latency}):
+        grow = latency[(b, 1)] / latency[(1, 1)] if draft_scaling == "batched" else b
+        out[b] = tau * latency[(b, 1)] / (latency[(b, n)] + draft_seconds * grow)
+    return out

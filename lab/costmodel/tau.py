@@ -1,0 +1,224 @@
+"""tau of a tree, counted without the target's tree forward: on greedy continuations the target
+produced, its argmax at every node on the true path is the continuation's next token, so greedy
+verification of any tree is a walk down the tree along the continuation. `measure_trees` scores
+trees at roots drawn uniformly (cheap, optimistic: decoding never roots a cycle inside an accepted
+run); `walk_tau` walks each continuation cycle by cycle as `decode` does."""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+from ..data import chat_ids, mt_bench
+from ..decode import decode
+from ..drafters import EagleDraft, NoDraft, static_shape
+from ..eagle import EagleHead
+from ..eagle3 import Eagle3Head
+from ..models import engine_for
+from ..sampling import RandomStream, Sampling
+from ..trees import rerank
+
+GREEDY = Sampling(0.0, 0, 1.0)
+DEPTHS = (2, 3, 4, 5, 6)
+TOP_KS = (1, 2, 3, 4, 6, 8)
+SIZES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+
+
+@dataclass
+class Continuation:
+    """A prompt and the target's greedy answer, its features along both, and the timings of the
+    AR decoding that produced the answer."""
+    ids: list[int]             # prompt + greedy response
+    prompt_len: int
+    features: torch.Tensor     # [len(ids), F] the target's features at every position
+    seconds: float             # wall time of the AR decoding that produced it
+    max_new_tokens: int        # the decoding's limit (a walk stops drafting where decoding did)
+    prefill_seconds: float     # of `seconds`: the prompt's forward
+    forward_seconds: float     # of `seconds`: the one-token forwards (the rest is the loop's own time)
+
+
+class _TimedEngine:
+    """An engine whose forwards are timed, so that AR's time per token splits into prefill,
+    the target's forward and the decoding loop around it."""
+
+    def __init__(self, engine):
+        self.engine, self.seconds = engine, []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def forward(self, *args, **kwargs):
+        start = time.perf_counter()
+        out = self.engine.forward(*args, **kwargs)
+        if self.engine.model.device.type == "cuda":  # GPU work is asynchronous: wait for it
+            torch.cuda.synchronize()
+        self.seconds.append(time.perf_counter() - start)
+        return out
+
+
+@torch.inference_mode()
+def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int,
+                         layers: tuple[int, ...]) -> list[Continuation]:
+    """The target's own greedy answers (our AR loop) and its features along them."""
+    out = []
+    for p in prompts:
+        ids = chat_ids(tokenizer, p.text)
+        engine = _TimedEngine(engine_for(target))
+        result = decode(engine, NoDraft(), ids, max_new_tokens, GREEDY, 0, 0, tokenizer.eos_token_id)
+        prefill = engine.seconds[0] if len(ids) > 1 else 0.0  # decode's first forward is the prompt's
+        full = ids + result.tokens
+        # the features as decoding sees them: from the same forward (the exact engine in bfloat16)
+        hidden = engine_for(target).forward(full, hidden_layers=layers, logits=False).hidden
+        out.append(Continuation(full, len(ids), torch.cat([hidden[layer] for layer in layers], -1).cpu(),
+                                result.seconds, max_new_tokens, prefill, sum(engine.seconds) - prefill))
+    return out
+
+
+def draft_positions(seqs: list[Continuation], count: int, seed: int,
+                    margin: int = max(DEPTHS)) -> list[tuple[int, int]]:
+    """(sequence, root position) pairs inside the responses, sampled with a fixed seed, at
+    least `margin` tokens before the end (so the continuation never cuts a tree short) and
+    with at least four scored positions before the root (the commit timing needs them)."""
+    all_pos = [(s, i) for s, c in enumerate(seqs) for i in range(max(c.prompt_len - 1, 4), len(c.ids) - 1 - margin)]
+    return sorted(random.Random(seed).sample(all_pos, min(count, len(all_pos))))
+
+
+def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positions: list[tuple[int, int]],
+                  depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, static_depth: int | None = None,
+                  rank_accuracy: list[float] | None = None, vocab: torch.Tensor | None = None,
+                  before_commit: Callable[[], None] | None = None) -> dict:
+    """tau and drafting seconds for every (depth, top_k, size) of the dynamic tree, the static
+    tree of every size at `static_depth`, and the commit time, all on the same positions.
+    `before_commit` runs, untimed, before each timed commit: what decoding runs there (the
+    target's verification forward, `verification_pass`), so that the commit is timed with the
+    caches as decoding leaves them. The trees are drafted right after the commit, as in decoding."""
+    grid = [(d, k) for d in depths for k in top_ks]
+    dyn = {(d, k, n): [] for d, k in grid for n in sizes}
+    sta = {n: [] for n in sizes} if static_depth else {}
+    seconds = {(d, k): 0.0 for d, k in grid}
+    static_seconds = {n: 0.0 for n in sta}
+    commit_seconds, warm_seconds = [], []
+    drafters = {(d, k): EagleDraft(head, "dynamic", d, k, max(sizes), vocab=vocab) for d, k in grid}
+    statics = {n: EagleDraft(head, "static", shape=static_shape(n, static_depth, rank_accuracy), vocab=vocab)
+               for n in sta}
+    probe = next(iter(drafters.values()))
+
+    def clock() -> float:  # GPU work is asynchronous: wait for it before reading the clock
+        if probe.cache.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    for s, i in positions:
+        c = seqs[s]
+        context, truth = c.ids[: i + 1], c.ids[i + 1:]
+        probe.begin(context)
+        probe.commit(context[:-3], c.features[: i - 3])
+        if before_commit is not None:
+            before_commit()
+        start = clock()  # a typical commit: three accepted positions' features
+        probe.commit(context, c.features[i - 3: i])
+        commit_seconds.append(clock() - start)
+        start = clock()  # the same commit again (it replaces itself), now with the head's weights cached
+        probe.commit(context, c.features[i - 3: i])
+        warm_seconds.append(clock() - start)
+        for key, drafter in list(drafters.items()) + [(("static", n), d) for n, d in statics.items()]:
+            drafter.cache, drafter.root = probe.cache, probe.root  # share the committed prefix
+            start = clock()
+            tree = drafter.propose(context, 64, GREEDY, RandomStream(0))
+            spent = clock() - start
+            if key[0] == "static":
+                static_seconds[key[1]] += spent
+                sta[key[1]].append(len(tree.follow(truth)))
+                continue
+            seconds[key] += spent
+            for n in sizes:
+                if n <= len(tree):
+                    dyn[key + (n,)].append(len(rerank(tree, n).follow(truth)))
+    count = len(positions)
+    return {
+        "positions": count,
+        "commit_seconds": sum(commit_seconds) / count,
+        "commit_seconds_repeated": sum(warm_seconds) / count,  # for comparison: not what decoding pays
+        "dynamic": [{"depth": d, "top_k": k, "total_tokens": n, "tau": sum(v) / len(v),
+                     "draft_seconds": seconds[(d, k)] / count}
+                    for (d, k, n), v in dyn.items() if len(v) == count],
+        "static": [{"depth": static_depth, "total_tokens": n, "tau": sum(v) / len(v),
+                    "draft_seconds": static_seconds[n] / count} for n, v in sta.items()],
+    }
+
+
+@torch.inference_mode()
+def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> float:
+    """tau of `drafter`'s trees as greedy decoding meets them: each continuation is walked cycle
+    by cycle from the end of its prompt, every cycle rooted where the last one ended, drafting
+    no deeper than decoding could (`decode`'s limit at the continuation's max_new_tokens) and
+    committing the true features of the accepted positions, exactly as `decode` does (bench
+    passes the tree's depth as `draft_len`). Trees only, not chains. Where the target's
+    features do not depend on how many positions are scored with them (the exact bfloat16
+    engine) this is decode's tau to the bit."""
+    tokens = cycles = 0
+    for c in seqs:
+        i = c.prompt_len - 1  # the root: the last token of the context
+        drafter.begin(c.ids[: i + 1])
+        drafter.commit(c.ids[: i + 1], c.features[:i])  # prefill
+        while i + 1 < len(c.ids):
+            left = c.max_new_tokens - (i + 1 - c.prompt_len)
+            proposal = drafter.propose(c.ids[: i + 1], min(draft_len, left - 1), GREEDY, RandomStream(0))
+            emitted = min(len(proposal.follow(c.ids[i + 1:])), left, len(c.ids) - 1 - i)
+            drafter.commit(c.ids[: i + 1 + emitted], c.features[i: i + emitted])
+            tokens, cycles, i = tokens + emitted, cycles + 1, i + emitted
+    return tokens / cycles
+
+
+
+def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tree: tuple[int, int, int],
+                prompts=None, max_new_tokens: int = 128, positions: int = 160, seed: int = 0) -> dict[str, float]:
+    """tau of each head's dynamic tree of shape `tree` (depth, top-k, total tokens), counted
+    offline as `tune` screens trees (at uniformly drawn roots): on the target's greedy
+    continuations of `prompts` (default: the tuning prompts, MT-Bench 10-29), at the same
+    `positions` root positions for every head, so heads of either kind are compared on
+    identical text. The continuations are decoded once, with every layer any head reads."""
+    prompts = mt_bench()[10:30] if prompts is None else prompts
+    layers = sorted({layer for head in heads.values() for layer in head.feature_layers})
+    seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, tuple(layers))
+    picks = draft_positions(seqs, positions, seed)
+    width = target.config.hidden_size
+    depth, top_k, total = tree
+    out = {}
+    for name, head in heads.items():
+        # this head's layers, in its own order, out of the concatenation of all of them
+        columns = torch.cat([torch.arange(width) + layers.index(layer) * width for layer in head.feature_layers])
+        own = [replace(c, features=c.features[:, columns]) for c in seqs]
+        rows = measure_trees(head, own, picks, depths=(depth,), top_ks=(top_k,), sizes=(total,))["dynamic"]
+        out[name] = rows[0]["tau"]
+    return out
+
+
+def node_outcomes(head: EagleHead | Eagle3Head, seqs: list[Continuation], positions: list[tuple[int, int]], depth: int,
+                  top_k: int, total_tokens: int, vocab: torch.Tensor | None = None) -> list[dict]:
+    """Every drafted node of a dynamic tree at each position, checked greedily against the known
+    continuation: its confidence, its path confidence (the product of the confidences from the
+    root, exp of the tree's path value), depth, rank among its siblings, whether its parent
+    was accepted and whether it was. The data behind EAGLE-2's calibration plot and acceptance
+    by tree position."""
+    drafter = EagleDraft(head, "dynamic", depth, top_k, total_tokens, vocab=vocab)
+    out = []
+    for s, i in positions:
+        c = seqs[s]
+        context = c.ids[: i + 1]
+        drafter.begin(context)
+        drafter.commit(context, c.features[:i])
+        tree = drafter.propose(context, depth, GREEDY, RandomStream(0))
+        on_path = set(tree.follow(c.ids[i + 1:]))
+        depths, rank = tree.depths(), {}
+        for node in range(1, len(tree)):
+            parent = tree.parents[node]
+            rank[parent] = rank.get(parent, -1) + 1
+            out.append({"confidence": tree.confidences[node], "path_confidence": math.exp(tree.values[node]),
+                        "depth": depths[node], "rank": rank[parent], "parent_accepted": parent in on_path,
+                        "accepted": node in on_path})
+    return out

@@ -1,0 +1,183 @@
+"""A recorded cycle drawn: the draft tree as SVG, left to right, and the text generated so far
+as HTML coloured by each token's origin. The inspector (lab/viz/inspector.py) shows both; the
+SVG is also its static form in exported notebooks."""
+from __future__ import annotations
+
+import html
+import math
+import os
+
+from ..verify import children_of
+from .cycles import ORIGIN_LABELS, CycleRecord, node_details, node_states, token_text
+
+# (fill, stroke, text) per node kind; the generated text uses the same colours per origin
+COLOURS = {"root": ("#ddf4ff", "#0969da", "#0a3069"), "accepted": ("#dafbe1", "#1a7f37", "#0f5323"),
+           "rejected": ("#f6f8fa", "#afb8c1", "#6e7781"), "untried": ("#ffffff", "#d0d7de", "#8c959f"),
+           "corrected": ("#fff1e5", "#bc4c00", "#762c00"), "bonus": ("#fbefff", "#8250df", "#512a97"),
+           "target": ("#f6f8fa", "#57606a", "#24292f")}
+ORIGIN_KIND = {"draft": "accepted", "corrected": "corrected", "bonus": "bonus", "target": "target"}
+BOX_W, BOX_H, COLUMN, ROW, LEGEND_H = 168, 38, 204, 46, 44
+
+
+def _p(x: float) -> str:
+    """A probability in four characters at most."""
+    if math.isnan(x):
+        return "–"
+    if x >= 0.995:
+        return "1.0"
+    return "<.01" if x < 0.005 else f"{x:.2f}"[1:]
+
+
+def foldable(record: CycleRecord) -> set[int]:
+    """Nodes whose branch can be folded: those with children, off the accepted path (the
+    children of accepted nodes are always shown: they are what verification tried)."""
+    children = children_of(record.tree.parents)
+    return {node for node in range(1, len(record.tree)) if children[node] and node not in record.path}
+
+
+def _layout(record: CycleRecord, expanded: set[int]) -> dict[int, tuple[int, int]]:
+    """(column, row) of every visible node, left to right by depth. A node's first child shares
+    its row and the accepted child comes first, so the top row reads as the cycle's output:
+    root, accepted drafts, then the target's own token (node len(tree))."""
+    tree, on_path = record.tree, set(record.path)
+    children = children_of(tree.parents)
+    shown_final = len(record.emitted) == len(record.path)  # else EOS or the token limit cut it
+    if shown_final:
+        children[record.path[-1]].insert(0, len(tree))
+    opened = on_path | expanded
+    places: dict[int, tuple[int, int]] = {}
+    last_row = 0
+
+    def place(node: int, column: int, row: int) -> None:
+        nonlocal last_row
+        places[node] = (column, row)
+        last_row = max(last_row, row)
+        if node == len(tree) or node not in opened:
+            return
+        kids = sorted(children[node], key=lambda c: (c not in on_path and c != len(tree), c))
+        for i, kid in enumerate(kids):
+            place(kid, column + 1, row if i == 0 else last_row + 1)
+
+    place(0, 0, 0)
+    return places
+
+
+def _subtree_size(children: list[list[int]], node: int) -> int:
+    return 1 + sum(_subtree_size(children, c) for c in children[node])
+
+
+def _legend() -> str:
+    items = [("accepted", "accepted"), ("rejected", "rejected"), ("untried", "not verified"),
+             ("corrected", "corrected"), ("bonus", "bonus"), ("root", "root")]
+    parts, x = [], 0
+    for kind, label in items:
+        fill, stroke, _ = COLOURS[kind]
+        parts.append(f'<rect x="{x}" y="2" width="12" height="12" rx="2" fill="{fill}" stroke="{stroke}"/>'
+                     f'<text x="{x + 16}" y="12">{label}</text>')
+        x += 24 + 7 * len(label)
+    parts.append('<text x="0" y="32">q: the draft\'s confidence · path: product of q from the root · '
+                 'p: the target\'s probability · click a node for details, a +n badge to unfold</text>')
+    return f'<g class="legend" font-family="sans-serif" font-size="11" fill="#57606a">{"".join(parts)}</g>'
+
+
+def cycle_svg(record: CycleRecord, tokenizer, expanded: set[int] | frozenset = frozenset(),
+              selected: int | None = None) -> str:
+    """One cycle as an SVG tree, left to right. Accepted nodes are green, rejected ones grey,
+    untried ones dashed; the target's own token ends the path (orange: corrected, purple:
+    bonus). Branches off the accepted path are folded unless their node is in `expanded`.
+    Every node has a tooltip (its `node_details`) and a `data-node` attribute for clicks."""
+    tree = record.tree
+    states = node_states(record) + [ORIGIN_KIND[record.last]]
+    places = _layout(record, set(expanded))
+    children = children_of(tree.parents)
+    openable = foldable(record)
+    edges, nodes = [], []
+    for node, (column, row) in places.items():
+        x, y = column * COLUMN, LEGEND_H + row * ROW
+        kind = states[node]
+        if node > 0:
+            parent = record.path[-1] if node == len(tree) else tree.parents[node]
+            px, py = places[parent][0] * COLUMN + BOX_W, LEGEND_H + places[parent][1] * ROW + BOX_H / 2
+            on_path = node == len(tree) or kind == "accepted"
+            stroke = COLOURS[kind][1] if on_path else "#d0d7de"
+            mid = (px + x) / 2
+            dash = ' stroke-dasharray="5 3"' if node == len(tree) else ""
+            edges.append(f'<path class="edge{" path" if on_path else ""}" d="M{px},{py} C{mid},{py} {mid},'
+                         f'{y + BOX_H / 2} {x},{y + BOX_H / 2}" fill="none" stroke="{stroke}" '
+                         f'stroke-width="{3 if on_path else 1.5}"{dash}/>')
+        fill, stroke, ink = COLOURS[kind]
+        token = record.final if node == len(tree) else tree.tokens[node]
+        label = token_text(tokenizer, token)
+        label = label if len(label) <= 16 else label[:15] + "…"
+        if node == 0:
+            numbers = "root"
+        elif node == len(tree):
+            numbers = f"{ORIGIN_LABELS[record.last].split()[0]} · p {_p(record.final_prob)}"
+        else:
+            numbers = (f"q {_p(tree.confidences[node])} path {_p(math.exp(tree.values[node]))} "
+                       f"p {_p(record.target_probs[node])}")
+        title = html.escape("\n".join(node_details(record, node, tokenizer)))
+        dash = ' stroke-dasharray="4 3"' if kind == "untried" else ""
+        ring = (f'<rect x="-4" y="-4" width="{BOX_W + 8}" height="{BOX_H + 8}" rx="8" fill="none" '
+                f'stroke="#0550ae" stroke-width="2.5"/>' if node == selected else "")
+        badge = ""
+        if node in openable:
+            folded = node not in expanded
+            mark = f"+{_subtree_size(children, node) - 1}" if folded else "−"
+            badge = (f'<g class="fold"><circle cx="{BOX_W}" cy="{BOX_H / 2}" r="10" fill="#ffffff" stroke="{stroke}"/>'
+                     f'<text x="{BOX_W}" y="{BOX_H / 2 + 4}" text-anchor="middle" font-size="10" '
+                     f'font-family="sans-serif" fill="{ink}">{mark}</text></g>')
+        fold_attribute = ' data-foldable="1"' if node in openable else ""
+        nodes.append(f'<g class="node {kind}" data-node="{node}"{fold_attribute} '
+                     f'transform="translate({x},{y})" style="cursor:pointer"><title>{title}</title>{ring}'
+                     f'<rect width="{BOX_W}" height="{BOX_H}" rx="6" fill="{fill}" stroke="{stroke}" '
+                     f'stroke-width="{2 if kind in ("accepted", "corrected", "bonus", "root") else 1}"{dash}/>'
+                     f'<text x="8" y="16" font-family="monospace" font-size="13" font-weight="bold" '
+                     f'fill="{ink}" xml:space="preserve">{html.escape(label)}</text>'
+                     f'<text x="8" y="31" font-family="monospace" font-size="10" fill="{ink}">'
+                     f'{html.escape(numbers)}</text>'
+                     f'{badge}</g>')
+    width = (max(c for c, _ in places.values()) + 1) * COLUMN + 12
+    height = LEGEND_H + (max(r for _, r in places.values()) + 1) * ROW
+    return (f'<svg class="draft-tree" xmlns="http://www.w3.org/2000/svg" width="{max(width, 640)}" '
+            f'height="{height}" viewBox="-2 -2 {max(width, 640)} {height}">{_legend()}'
+            f'{"".join(edges)}{"".join(nodes)}</svg>')
+
+
+def text_pieces(tokenizer, tokens: list[int]) -> list[str]:
+    """Each token's share of the decoded text. A token that ends inside a multi-byte character
+    gets nothing; the token that completes the character gets all of it. Where decoding one
+    more token rewrites the end of the text (a tokenizer's clean-up), the token gets what
+    follows the part that stayed, and the text shown so far follows the new decoding."""
+    pieces, shown = [], ""
+    for i in range(len(tokens)):
+        text = tokenizer.decode(tokens[: i + 1])
+        if text.endswith("\ufffd"):
+            pieces.append("")
+            continue
+        pieces.append(text[len(os.path.commonprefix([shown, text])):])
+        shown = text
+    return pieces
+
+
+def generated_html(records: list[CycleRecord], upto: int, tokenizer) -> str:
+    """The text generated by cycles 0..upto, each token coloured by its origin (the tokens of
+    cycle `upto` underlined), with the running τ and tokens per second."""
+    tokens = [t for r in records[: upto + 1] for t in r.emitted]
+    origins = [o for r in records[: upto + 1] for o in r.origins]
+    current = len(tokens) - len(records[upto].emitted)
+    spans = []
+    for i, (piece, origin) in enumerate(zip(text_pieces(tokenizer, tokens), origins)):
+        fill, _, ink = COLOURS[ORIGIN_KIND[origin]]
+        style = f"background:{fill};color:{ink}" + (";text-decoration:underline" if i >= current else "")
+        spans.append(f'<span class="token {origin}" style="{style}" title="{ORIGIN_LABELS[origin]}">'
+                     f"{html.escape(piece)}</span>")
+    seconds = records[upto].seconds
+    rate = f"{len(tokens) / seconds:.1f} tokens/s" if seconds > 0 else "–"
+    legend = " · ".join(f'<span style="background:{COLOURS[ORIGIN_KIND[o]][0]};color:{COLOURS[ORIGIN_KIND[o]][2]}">'
+                        f"{label}</span>" for o, label in ORIGIN_LABELS.items())
+    return (f'<div class="generated"><div style="font-size:12px;color:#57606a">after cycle {upto + 1}: '
+            f"{len(tokens)} tokens in {upto + 1} target forwards, τ = {len(tokens) / (upto + 1):.2f}, {rate} "
+            f"(recording excluded) · {legend}</div>"
+            f'<div style="white-space:pre-wrap;font-family:monospace;font-size:12px;line-height:1.5">'
+            f'{"".join(spans)}</div></div>')
