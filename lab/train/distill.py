@@ -90,7 +90,7 @@ def train_draft(opts: DraftOptions, target=None, data=None, out: Path | None = N
     out = out or draft_path(opts.layers)
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"),
                       {"n_layers": opts.layers, "hidden": target.config.hidden_size})
-    fresh = not (opts.resume and ckpt.path.exists())
+    fresh = not (opts.resume and ckpt.path.exists())  # the untrained draft's agreement, on a fresh start only
     agreement_before = top1_agreement(draft, heldout, pad) if fresh else None
     recipe = Recipe(opts.lr, warmup=20, grad_clip=1.0, minutes=opts.minutes, max_steps=opts.max_steps)
 

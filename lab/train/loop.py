@@ -90,6 +90,7 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
     progress = checkpoint.resume(model, optim, rng) if resume else None
     step, spent, history = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
     budget, max_steps = recipe.minutes * 60, recipe.max_steps
+    keeps_checkpoint = world == 1 or dist.get_rank() == 0
     model.train()
     bar = tqdm(total=max_steps or round(budget), initial=step if max_steps else round(spent), desc=desc,
                unit="step" if max_steps else "s", disable=not show)
@@ -111,7 +112,7 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
         spent += elapsed
         bar.n = step if max_steps else round(spent)
         bar.set_postfix(step=step, **postfix(history))
-        if world == 1 or dist.get_rank() == 0:
+        if keeps_checkpoint:
             checkpoint.save_if_due(own_state, optim, rng, {"step": step, "spent": spent, "history": history})
     bar.close()
     batches.close()
