@@ -4,7 +4,7 @@ The draft starts as the target's first N layers plus its final norm, sharing (an
 the target's embedding and LM head. It is trained with cross-entropy on the response tokens
 of the regenerated ShareGPT set: those tokens are the target's own greedy choices, so this is
 top-1 distillation without running the target during training. Training is bounded by wall
-time (a CPU budget), checkpoints periodically and can resume.
+time (a CPU budget) or by `--max-steps`, checkpoints periodically and can resume (`lab.train.loop`).
 """
 from __future__ import annotations
 

@@ -46,9 +46,8 @@ from .features import FeatureSet, source_features
 from .loop import Recipe, fit, processes, provenance, seeded, started_from
 from .options import Eagle3Options
 
-STEPS = 7
+STEPS, DRAFT_VOCAB = Eagle3Options.ttt_steps, Eagle3Options.draft_vocab  # the options' defaults
 STEP_DECAY = 0.8
-DRAFT_VOCAB = 8192
 
 
 def cached_layers(target) -> tuple[int, ...]:
