@@ -136,39 +136,17 @@ def _data(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
+    from .options import from_args
+    options = from_args(args.options, args)
     if args.what == "draft":
-        from .train.distill import train_draft
-        if args.layers is None:
-            raise LabError("`train draft` needs --layers N (1, 2 or 4)")
-        print(train_draft(args.layers, args.minutes or 6.0, batch=args.batch, lr=args.lr or 2e-3, resume=args.resume))
-    elif args.what == "judge":
-        from .judge import judge_path
-        from .train.judge import train_judge
-        if args.mined_only and not args.mined:
-            raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
-        train_judge(mined=args.mined, mined_only=args.mined_only, mine_cap=args.mine_cap,
-                    mine_with=tuple(args.mine_with.split(",")), judged_by=tuple(args.judged_by.split(",")),
-                    judged_delta=args.judged_delta, reads_logits=args.with_logits,
-                    out=Path(args.out) if args.out else judge_path())
+        from .train.distill import train_draft as trainer
+    elif args.what == "eagle1":
+        from .train.eagle import train_head as trainer
     elif args.what == "eagle3":
-        from .heads import head_path
-        from .train.eagle3 import train_eagle3
-        print(train_eagle3(args.minutes or 60.0, steps=args.ttt_steps, batch=args.batch, lr=args.lr or 1e-3,
-                           vocab_size=args.draft_vocab, replies=args.replies,
-                           reply_feature_dtype=args.reply_feature_dtype, train_prompts=args.train_prompts,
-                           init=head_path(args.init) if args.init else None, resume=args.resume, taps=args.taps,
-                           bf16_autocast=not args.fp32, device=args.device, eval_prompts=args.eval_prompts,
-                           output_init=args.output_init, fc_init=args.fc_init, freeze_output=args.freeze_output,
-                           feature_weight=args.feature_loss,
-                           out=head_path(args.name or "eagle3"), max_steps=args.max_steps))
+        from .train.eagle3 import train_eagle3 as trainer
     else:
-        from .heads import head_path
-        from .train.eagle import train_head
-        print(train_head(args.variant, args.minutes or 30.0, batch=args.batch, lr=args.lr or 1e-3,
-                         resume=args.resume, out=head_path(args.name or args.variant), replies=args.replies,
-                         init=head_path(args.init) if args.init else None, device=args.device,
-                         eval_prompts=args.eval_prompts, reply_feature_dtype=args.reply_feature_dtype,
-                         max_steps=args.max_steps, sampled=args.sampled, train_prompts=args.train_prompts))
+        from .train.judge import train_judge as trainer
+    print(trainer(options))
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -281,76 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (help, options, handler) in COMMANDS.items():
         add_options(sub.add_parser(name, help=help), options).set_defaults(run=handler)
 
-    train = sub.add_parser("train", help="distil a draft model or train an EAGLE head from the target "
-                                        "(eagle3 also runs under torchrun --nproc_per_node N)")
-    train.add_argument("what", choices=["draft", "eagle1", "eagle3", "judge"])
-    train.add_argument("--layers", type=int, help="draft: decoder layers (1, 2 or 4)")
-    train.add_argument("--variant", default="eagle1", choices=["eagle1", "no-token", "token-only"],
-                       help="eagle1: what the head sees (default: feature + next token)")
-    train.add_argument("--name", default=None,
-                       help="eagle1/eagle3: save as data/eagle/NAME.safetensors (default: the variant's name)")
-    train.add_argument("--replies", type=int, default=0,
-                       help="eagle1/eagle3: also train on this many tokens of ShareGPT's original replies (default 0)")
-    train.add_argument("--reply-feature-dtype", default="float32", choices=["float32", "bfloat16"],
-                       help="eagle1/eagle3: compute the replies' target features in this dtype (bfloat16: much faster "
-                            "on CPUs with matrix units; default float32)")
-    train.add_argument("--init", default=None,
-                       help="eagle1/eagle3: start from the trained head data/eagle/NAME.safetensors")
-    train.add_argument("--ttt-steps", type=int, default=7, help="eagle3: training-time test steps (default 7)")
-    train.add_argument("--draft-vocab", type=int, default=8192,
-                       help="eagle3: draft vocabulary, the most frequent training tokens (default 8192)")
-    train.add_argument("--fp32", action="store_true",
-                       help="eagle3: float32 matrix products (default: bfloat16 autocast, fp32 weights)")
-    train.add_argument("--taps", default="fused", choices=["fused", "top"],
-                       help="eagle3: the target's layers 2, N/2, N-3 fused (default), or its top feature only")
-    train.add_argument("--output-init", default="random", choices=["random", "target"],
-                       help="eagle3: a new head's final norm and LM head random (default) or copied from the "
-                            "target's (its rows for the draft vocabulary)")
-    train.add_argument("--freeze-output", action="store_true",
-                       help="eagle3: keep the final norm and LM head fixed (with --output-init target: the "
-                            "target's own readout, as EAGLE-1 keeps it) and train fc and the layer only")
-    train.add_argument("--feature-loss", type=float, default=0.0,
-                       help="eagle3: also regress each step's output state onto the target's top feature with "
-                            "this weight against the token loss (EAGLE-1's constraint put back, an ablation; "
-                            "default 0: EAGLE-3's objective)")
-    train.add_argument("--fc-init", default="random", choices=["random", "high"],
-                       help="eagle3: a new head's fc random (default) or the identity on the high tap")
-    train.add_argument("--max-steps", type=int, default=None,
-                       help="eagle1/eagle3: exactly this many steps instead of a time budget (cosine over steps)")
-    train.add_argument("--sampled", action="store_true",
-                       help="eagle1: train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)")
-    train.add_argument("--train-prompts", type=int, default=None,
-                       help="eagle1/eagle3: train on the first N regenerated training prompts only (default: all)")
-    train.add_argument("--mined", type=int, default=0,
-                       help="judge: also label the 2-layer draft's real mismatches on up to N checkable items "
-                            "(the templated tasks of lab.tasks' judge half first, then HumanEval; cached "
-                            "under .cache/judge-mined/ and resumed; default 0: planted errors only)")
-    train.add_argument("--mined-only", action="store_true", help="judge: train on the mined labels alone")
-    train.add_argument("--mine-with", default="draft",
-                       help="judge: whose mismatches --mined labels, comma-separated: draft (the 2-layer draft model, "
-                            "the default), eagle1 (the shipped EAGLE-1 head's first drafts) and/or judged (the "
-                            "tokens only the judge --judged-by let through when it decoded with the 2-layer draft)")
-    train.add_argument("--judged-by", default="judge",
-                       help="judge: the judge heads data/judge/NAME.json that decode for --mine-with judged, "
-                            "comma-separated (several: the labels of each, as DAgger aggregates its rounds)")
-    train.add_argument("--judged-delta", type=float, default=None,
-                       help="judge: its threshold for --mine-with judged (default: the head's own)")
-    train.add_argument("--mine-cap", type=int, default=8,
-                       help="judge: at most this many mismatches tried per item (default 8)")
-    train.add_argument("--with-logits", action="store_true",
-                       help="judge: the probe also reads the token's log-probability and the entropy under the "
-                            "target's logits, beside the hidden state")
-    train.add_argument("--out", default=None, help="judge: write the head here (default data/judge/judge.json)")
-    train.add_argument("--minutes", type=float, default=None,
-                       help="wall-clock budget in minutes (default: 6 for a draft, 30 for EAGLE-1, 60 for EAGLE-3)")
-    train.add_argument("--batch", type=int, default=8)
-    train.add_argument("--lr", type=float, default=None, help="default: 2e-3 for a draft, 1e-3 for an EAGLE head")
-    train.add_argument("--resume", action="store_true")
-    train.add_argument("--device", default="cpu", help="eagle1/eagle3: cpu (default) or cuda: features and "
-                       "training on a GPU (make run E=gpu-heads)")
-    train.add_argument("--eval-prompts", type=int, default=None,
-                       help="eagle1/eagle3: held-out prompts to evaluate on (default all 64; 0: none, for a "
-                            "machine without the datasets: `python -m lab evaluate NAME --prompts 64` adds it)")
+    train = sub.add_parser("train", help="distil a draft model or train an EAGLE head or the judge head from the "
+                                        "target (eagle3 also runs under torchrun --nproc_per_node N)")
+    from .options import add_options
+    from .train.options import TRAINERS
+    trainers = train.add_subparsers(dest="what", required=True, metavar="{" + ",".join(TRAINERS) + "}")
+    for what, (options, purpose) in TRAINERS.items():
+        add_options(trainers.add_parser(what, help=purpose, description=purpose), options).set_defaults(options=options)
     train.set_defaults(run=_train)
 
     return parser

@@ -17,6 +17,7 @@ from lab.errors import LabError
 from lab.exact import bf16_support
 from lab.sampling import Sampling
 from lab.train.eagle import _batch, head_loss, train_head
+from lab.train.options import Eagle1Options
 from lab.train.evaluate import unroll_mask, unrolled_predictions
 from lab.data import RegenSet, load_regen
 from lab.trees import DraftTree
@@ -183,7 +184,8 @@ def small_set(n=12, heldout=2, start=3):
 
 def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
     out = tmp_path / "head.safetensors"
-    train_head("eagle1", 5.0, target=tiny, data=small_set(), max_steps=25, lr=3e-3, out=out, eval_prompts=1)
+    train_head(Eagle1Options(minutes=5.0, max_steps=25, lr=3e-3, eval_prompts=1), target=tiny, data=small_set(),
+               out=out)
     import json
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["loss_last_20"]["feature"] < manifest["loss_first_20"]["feature"]
@@ -353,15 +355,17 @@ def test_training_resumes_from_a_checkpoint_and_refuses_a_wrong_one(tiny, tmp_pa
     monkeypatch.setattr(checkpoint.Checkpoint, "finish", lambda self: None)    # as if the run had been killed
     out = tmp_path / "head.safetensors"
     data = small_set(6, 1)
-    train_head("eagle1", 5.0, target=tiny, data=data, max_steps=4, out=out, eval_prompts=1)
+    train_head(Eagle1Options(minutes=5.0, max_steps=4, eval_prompts=1), target=tiny, data=data, out=out)
     assert (tmp_path / "checkpoints" / "head.pt").exists()
     import lab.train.eagle as module
     calls, real_loss = [], module.head_loss
     monkeypatch.setattr(module, "head_loss", lambda *a: calls.append(1) or real_loss(*a))
-    train_head("eagle1", 5.0, target=tiny, data=data, max_steps=6, out=out, eval_prompts=1, resume=True)
+    train_head(Eagle1Options(minutes=5.0, max_steps=6, eval_prompts=1, resume=True), target=tiny, data=data,
+               out=out)
     assert json.loads(out.with_suffix(".json").read_text())["steps"] == 6 and len(calls) == 2  # from step 4
     with pytest.raises(LabError, match="drop --resume"):
-        train_head("no-token", 5.0, target=tiny, data=data, max_steps=6, out=out, eval_prompts=1, resume=True)
+        train_head(Eagle1Options(variant="no-token", minutes=5.0, max_steps=6, eval_prompts=1, resume=True),
+                   target=tiny, data=data, out=out)
 
 
 def test_tuning_refuses_rounds_a_busy_machine_made_disagree():
@@ -420,13 +424,17 @@ def test_cached_features_keep_the_sequence_order(tiny):
         assert torch.allclose(torch.from_numpy(feats[i].astype(np.float32)), alone, atol=1e-2, rtol=1e-2)
 
 
-def test_training_starts_from_its_init_head(tiny, tmp_path):
+def test_training_starts_from_its_init_head(tiny, tmp_path, monkeypatch):
     import json
+
+    import lab.heads
+    monkeypatch.setattr(lab.heads, "HEAD_DIR", tmp_path)  # --init NAME: data/eagle/NAME.safetensors
     first, second = tmp_path / "first.safetensors", tmp_path / "second.safetensors"
-    train_head("eagle1", 5.0, target=tiny, data=small_set(), max_steps=3, lr=3e-3, out=first, eval_prompts=1)
+    train_head(Eagle1Options(name="first", minutes=5.0, max_steps=3, lr=3e-3, eval_prompts=1), target=tiny,
+               data=small_set())
     # learning rate 0: the continued head must still be exactly the one it started from
-    train_head("eagle1", 5.0, target=tiny, data=small_set(), max_steps=1, lr=0.0, out=second, eval_prompts=1,
-               init=first)
+    train_head(Eagle1Options(name="second", init="first", minutes=5.0, max_steps=1, lr=0.0, eval_prompts=1),
+               target=tiny, data=small_set())
     a, b = load_head(tiny, "eagle1", first), load_head(tiny, "eagle1", second)
     assert all(torch.equal(a.own_state()[k], b.own_state()[k]) for k in a.own_state())
     manifest = json.loads(second.with_suffix(".json").read_text())
@@ -461,7 +469,8 @@ def test_train_prompts_keeps_the_first_prompts_and_max_steps_sets_the_schedule(t
     with pytest.raises(LabError, match="choose 1 to 10"):
         training_items([data], 11)
     out = tmp_path / "head.safetensors"
-    train_head("no-token", 5.0, target=tiny, data=data, max_steps=3, out=out, eval_prompts=1, train_prompts=3)
+    train_head(Eagle1Options(variant="no-token", minutes=5.0, max_steps=3, eval_prompts=1, train_prompts=3),
+               target=tiny, data=data, out=out)
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["data"]["train_sequences"] == 3 and manifest["data"]["train_prompts_limit"] == 3
     assert manifest["steps"] == 3 and manifest["optimiser"]["schedule"].endswith("cosine over the steps")

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ from lab.paths import EAGLE3_SHIPPED
 from lab.sampling import RandomStream, Sampling
 from lab.simulate import simulate_tree
 from lab.train.eagle3 import make_batch, train_eagle3, ttt_loss, ttt_attention_mask
+from lab.train.options import Eagle3Options
 from lab.viz.cycles import CycleRecorder
 from test_eagle import prompts, small_set
 from test_verify import chi2_pvalue
@@ -335,7 +336,7 @@ def test_the_high_tap_init_passes_the_high_layer_through(tiny):
         Eagle3Head(tiny, head.vocab, taps="top").pass_high_tap()
     # refused before any work: a continued head keeps its weights, so the option would be a lie
     with pytest.raises(LabError, match="--init"):
-        train_eagle3(target=tiny, init=Path("a-trained-head.safetensors"), fc_init="high", progress=False)
+        train_eagle3(Eagle3Options(init="a-trained-head", fc_init="high"), target=tiny, progress=False)
 
 
 def test_a_frozen_readout_stays_the_targets_while_the_layer_learns(tiny, tmp_path):
@@ -343,8 +344,9 @@ def test_a_frozen_readout_stays_the_targets_while_the_layer_learns(tiny, tmp_pat
     unfrozen readout moves), the head's final norm and LM head are still the target's own, its
     rows for the draft vocabulary; freezing a random readout is refused before any work."""
     out = tmp_path / "frozen.safetensors"
-    train_eagle3(target=tiny, data=small_set(), max_steps=4, lr=1e-2, out=out, eval_prompts=1, vocab_size=512,
-                 batch=2, steps=2, progress=False, output_init="target", freeze_output=True)
+    train_eagle3(Eagle3Options(max_steps=4, lr=1e-2, eval_prompts=1, draft_vocab=512, batch=2, ttt_steps=2,
+                               output_init="target", freeze_output=True), target=tiny, data=small_set(), out=out,
+                 progress=False)
     head = load_head(tiny, path=out)
     started = Eagle3Head(tiny, head.vocab)
     started.copy_target_output(tiny)
@@ -354,15 +356,15 @@ def test_a_frozen_readout_stays_the_targets_while_the_layer_learns(tiny, tmp_pat
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["objective"]["output_trained"] is False
     with pytest.raises(LabError, match="--output-init target"):
-        train_eagle3(target=tiny, data=small_set(), max_steps=1, out=tmp_path / "x.safetensors", progress=False,
-                     freeze_output=True)
+        train_eagle3(Eagle3Options(max_steps=1, freeze_output=True), target=tiny, data=small_set(),
+                     out=tmp_path / "x.safetensors", progress=False)
 
 
 def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkeypatch):
     import lab.train.checkpoint as checkpoint
     out = tmp_path / "head3.safetensors"
-    train_eagle3(target=tiny, data=small_set(), max_steps=45, lr=1e-2, out=out, eval_prompts=1, vocab_size=2048,
-                 batch=2, steps=2, progress=False)
+    train_eagle3(Eagle3Options(max_steps=45, lr=1e-2, eval_prompts=1, draft_vocab=2048, batch=2, ttt_steps=2),
+                 target=tiny, data=small_set(), out=out, progress=False)
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["steps"] == 45 and len(manifest["evaluation"]["top1_by_depth"]["rate"]) == 6
     assert manifest["loss_last_20"]["ce_by_step"][0] < manifest["loss_first_20"]["ce_by_step"][0]
@@ -373,17 +375,16 @@ def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkey
     monkeypatch.setattr(checkpoint, "CHECKPOINT_SECONDS", 0)
     monkeypatch.setattr(checkpoint.Checkpoint, "finish", lambda self: None)
     again = tmp_path / "again.safetensors"
-    train_eagle3(target=tiny, data=small_set(), max_steps=3, out=again, eval_prompts=1, vocab_size=512, batch=2,
-                 steps=2, progress=False)
+    small = Eagle3Options(max_steps=3, eval_prompts=1, draft_vocab=512, batch=2, ttt_steps=2)
+    train_eagle3(small, target=tiny, data=small_set(), out=again, progress=False)
     import lab.train.eagle3 as module
     calls, real = [], module.ttt_loss
     monkeypatch.setattr(module, "ttt_loss", lambda *a, **k: calls.append(1) or real(*a, **k))
-    train_eagle3(target=tiny, data=small_set(), max_steps=5, out=again, eval_prompts=1, vocab_size=512, batch=2,
-                 steps=2, progress=False, resume=True)
+    train_eagle3(replace(small, max_steps=5, resume=True), target=tiny, data=small_set(), out=again, progress=False)
     assert len(calls) == 2 and json.loads(again.with_suffix(".json").read_text())["steps"] == 5
     with pytest.raises(LabError, match="drop --resume"):
-        train_eagle3(target=tiny, data=small_set(), max_steps=5, out=again, eval_prompts=1, vocab_size=512,
-                     batch=2, steps=3, progress=False, resume=True)
+        train_eagle3(replace(small, max_steps=5, resume=True, ttt_steps=3), target=tiny, data=small_set(), out=again,
+                     progress=False)
 
 
 DDP_SCRIPT = """
@@ -394,6 +395,7 @@ features.CACHE_DIR = module.CACHE_DIR = Path(sys.argv[1])
 sys.path.insert(0, sys.argv[3])
 from test_eagle import small_set
 from lab.models import tiny_target
+from lab.train.options import Eagle3Options
 torch.set_num_threads(1)
 made = module.Eagle3Head
 def init_and_keep(*args, **kwargs):  # the initial weights, to show that training moved them
@@ -402,8 +404,8 @@ def init_and_keep(*args, **kwargs):  # the initial weights, to show that trainin
     return head
 module.Eagle3Head = init_and_keep
 module.save_head = lambda head, path: torch.save(head.own_state(), str(path) + ".pt")  # fp32, not fp16
-module.train_eagle3(target=tiny_target(0), data=small_set(), max_steps=4, lr=3e-3, out=Path(sys.argv[2]),
-                    eval_prompts=1, vocab_size=1024, batch=4, steps=2, progress=False, bf16_autocast=False)
+options = Eagle3Options(max_steps=4, lr=3e-3, eval_prompts=1, draft_vocab=1024, batch=4, ttt_steps=2, fp32=True)
+module.train_eagle3(options, target=tiny_target(0), data=small_set(), out=Path(sys.argv[2]), progress=False)
 """
 
 
@@ -522,13 +524,14 @@ def test_the_feature_loss_pulls_each_step_towards_the_top_feature_of_its_label(t
     assert float(pulled - plain) == pytest.approx(extra, rel=1e-4) and feats == pytest.approx(means, rel=1e-4)
     assert float(pulled - plain) != pytest.approx(slow(lambda s: 0)[0], rel=1e-2)
     out = tmp_path / "pulled.safetensors"
-    train_eagle3(target=tiny, data=small_set(), max_steps=2, out=out, eval_prompts=1, vocab_size=512, batch=2,
-                 steps=2, progress=False, feature_weight=0.5)
+    train_eagle3(Eagle3Options(max_steps=2, eval_prompts=1, draft_vocab=512, batch=2, ttt_steps=2, feature_loss=0.5),
+                 target=tiny, data=small_set(), out=out, progress=False)
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["objective"]["feature_regression"]["weight_against_token_loss"] == 0.5
     assert len(manifest["loss_last_20"]["feature_by_step"]) == 2 and len(manifest["loss_last_20"]["top1_by_step"]) == 2
     with pytest.raises(LabError, match="--feature-loss"):
-        train_eagle3(target=tiny, data=small_set(), max_steps=1, out=out, progress=False, feature_weight=-1.0)
+        train_eagle3(Eagle3Options(max_steps=1, feature_loss=-1.0), target=tiny, data=small_set(), out=out,
+                     progress=False)
 
 
 def test_the_trainer_timing_refuses_a_missing_or_unknown_commit_in_one_line():

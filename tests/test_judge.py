@@ -142,10 +142,13 @@ def test_lossy_rules_refuse_sampling_and_bad_heads(tiny, tmp_path):
 
 def test_training_a_judge_refuses_unknown_drafters_and_missing_judges_before_any_work():
     from lab.train.judge import train_judge
+    from lab.train.options import JudgeOptions
     with pytest.raises(LabError, match="unknown draft eagle9"):
-        train_judge(mined=1, mine_with=("draft", "eagle9"))
+        train_judge(JudgeOptions(mined=1, mine_with="draft,eagle9"))
     with pytest.raises(LabError, match="no judge head data/judge/no-such-head.json"):
-        train_judge(mined=1, mine_with=("judged",), judged_by=("no-such-head",))
+        train_judge(JudgeOptions(mined=1, mine_with="judged", judged_by="no-such-head"))
+    with pytest.raises(LabError, match="--mined-only needs --mined N"):
+        train_judge(JudgeOptions(mined_only=True))
 
 
 def test_on_policy_counts_say_how_many_right_answers_the_judge_kept(tokenizer, monkeypatch, tmp_path):

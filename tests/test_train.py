@@ -7,6 +7,7 @@ import torch
 
 from lab.models import make_draft, tiny_target
 from lab.train.distill import _batch, _loss, train_draft
+from lab.train.options import DraftOptions
 from lab.data import RegenSet
 
 
@@ -27,7 +28,7 @@ def test_training_lowers_the_loss_and_round_trips(tmp_path, monkeypatch):
     batch = _batch(data.sequences("train")[:8], pad=2)
     with torch.no_grad():
         loss_before = _loss(before, *batch).item()
-    out = train_draft(1, minutes=5, batch=4, lr=3e-3, target=target, data=data, max_steps=40,
+    out = train_draft(DraftOptions(layers=1, minutes=5, batch=4, lr=3e-3, max_steps=40), target=target, data=data,
                       out=tmp_path / "draft_1l.safetensors")
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["steps"] == 40 and manifest["loss_last_20"] < manifest["loss_first_20"]
@@ -49,11 +50,12 @@ def test_resume_continues_from_the_checkpoint(tmp_path, monkeypatch):
     real_loss = distill._loss
     # an interrupted run: stop after 5 steps but keep the checkpoint as an interruption would
     monkeypatch.setattr(checkpoint.Checkpoint, "finish", lambda self: None)
-    train_draft(1, minutes=5, batch=2, target=target, data=data, max_steps=5, out=out)
+    train_draft(DraftOptions(layers=1, minutes=5, batch=2, max_steps=5), target=target, data=data, out=out)
     assert torch.load(ckpt, weights_only=False)["progress"]["step"] == 5
     calls = []
     monkeypatch.setattr(distill, "_loss", lambda *a: calls.append(1) or real_loss(*a))
-    train_draft(1, minutes=5, batch=2, target=target, data=data, max_steps=8, out=out, resume=True)
+    train_draft(DraftOptions(layers=1, minutes=5, batch=2, max_steps=8, resume=True), target=target, data=data,
+                out=out)
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["steps"] == 8 and len(calls) == 3  # only steps 6..8 ran
     assert manifest["heldout_top1_agreement_before"] is None  # measured only on a fresh start
@@ -70,9 +72,9 @@ def test_checkpoint_of_another_shape_is_a_clear_error(tmp_path, monkeypatch):
     other = {"shape": {"n_layers": 2, "hidden": 64}, "model": {}, "optim": {}, "rng": None, "progress": {}}
     torch.save(other, ckpt)
     with pytest.raises(LabError, match="is for .*'n_layers': 2.* delete it or drop --resume"):
-        train_draft(1, minutes=1, target=tiny_target(0), data=tiny_regen(), max_steps=1,
-                    out=tmp_path / "d.safetensors", resume=True)
+        train_draft(DraftOptions(layers=1, minutes=1, max_steps=1, resume=True), target=tiny_target(0),
+                    data=tiny_regen(), out=tmp_path / "d.safetensors")
     torch.save({"n_layers": 1, "hidden": 64, "step": 3}, ckpt)  # a checkpoint from before this format
     with pytest.raises(LabError, match="older version of lab: delete it or drop --resume"):
-        train_draft(1, minutes=1, target=tiny_target(0), data=tiny_regen(), max_steps=1,
-                    out=tmp_path / "d.safetensors", resume=True)
+        train_draft(DraftOptions(layers=1, minutes=1, max_steps=1, resume=True), target=tiny_target(0),
+                    data=tiny_regen(), out=tmp_path / "d.safetensors")

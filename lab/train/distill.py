@@ -4,35 +4,29 @@ The draft starts as the target's first N layers plus its final norm, sharing (an
 the target's embedding and LM head. It is trained with cross-entropy on the response tokens
 of the regenerated ShareGPT set: those tokens are the target's own greedy choices, so this is
 top-1 distillation without running the target during training. Training is bounded by wall
-time (a CPU budget), checkpoints periodically and can resume.
+time (a CPU budget) or by `--max-steps`, checkpoints periodically and can resume (`lab.train.loop`).
 """
 from __future__ import annotations
 
 import json
-import math
-import random
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from tqdm import tqdm
 
-from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
-from ..models import draft_own_state, draft_path, load_target, make_draft
-from ..paths import CACHE_DIR
-from .checkpoint import Checkpoint
+from ..artifacts import atomic_write, git_commit, write_json
 from ..data import REGEN_DIR, load_regen
+from ..errors import LabError
+from ..models import draft_own_state, draft_path, load_target, make_draft
+from ..options import recorded
+from ..paths import CACHE_DIR
+from .batches import batches
+from .checkpoint import Checkpoint
+from .loop import Recipe, fit, provenance, seeded
+from .options import DraftOptions
 
 MAX_LEN = 384  # tokens per training sequence: the response and as much prompt as fits
-
-
-def set_lr(optim: torch.optim.Optimizer, lr: float, step: int, spent: float, budget: float, warmup: int) -> None:
-    """Linear warm-up over `warmup` steps, then cosine decay over the wall-clock budget."""
-    scale = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
-    for group in optim.param_groups:
-        group["lr"] = lr * scale
 
 
 def _batch(seqs: list[tuple[np.ndarray, int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -79,70 +73,53 @@ def top1_agreement(model, seqs: list[tuple[np.ndarray, int]], pad: int, batch: i
     return hits / max(total, 1)
 
 
-def train_draft(n_layers: int, minutes: float, batch: int = 8, lr: float = 2e-3, seed: int = 0,
-                label_fraction: float = 0.25,
-                resume: bool = False, out: Path | None = None, target=None, data=None,
-                max_steps: int | None = None) -> Path:
-    """Distil an `n_layers` draft for `minutes` of wall time (or `max_steps`), write it in fp16
-    with its manifest to `out` (default data/drafts/). `target` and `data` default to the real
-    target and the shipped regenerated set (tests pass small ones)."""
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    generator = torch.Generator().manual_seed(seed)
+def train_draft(opts: DraftOptions, target=None, data=None, out: Path | None = None) -> Path:
+    """Distil an `opts.layers` draft for `opts.minutes` of wall time (or `opts.max_steps` steps) and
+    write it in fp16 with its manifest to `out` (default data/drafts/). `target` and `data` default
+    to the real target and the shipped regenerated set (tests pass small ones)."""
+    if opts.layers is None:
+        raise LabError("`train draft` needs --layers N (1, 2 or 4)")
+    rng, generator = seeded(opts.seed)
     target = target if target is not None else load_target()
     for param in target.parameters():
         param.requires_grad_(False)
     data = data if data is not None else load_regen()
     train, heldout = data.sequences("train"), data.sequences("heldout")
     pad = target.config.eos_token_id
-    draft = make_draft(target, n_layers)
-    params = [p for p in draft.parameters() if p.requires_grad]
-    optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    out = out or draft_path(n_layers)
+    draft = make_draft(target, opts.layers)
+    out = out or draft_path(opts.layers)
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"),
-                      {"n_layers": n_layers, "hidden": target.config.hidden_size})
-    progress = ckpt.resume(draft, optim, rng) if resume else None
-    step, spent, losses = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
-    agreement_before = top1_agreement(draft, heldout, pad) if step == 0 else None
-    budget = minutes * 60
-    draft.train()
-    bar = tqdm(total=round(budget), initial=round(spent), desc=f"draft {n_layers}L", unit="s")
-    while spent < budget and (max_steps is None or step < max_steps):
-        t0 = time.perf_counter()
-        set_lr(optim, lr, step, spent, budget, warmup=20)
-        loss = _loss(draft, *_batch(rng.sample(train, batch), pad), label_fraction, generator)
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optim.step()
-        step += 1
-        losses.append(round(loss.item(), 4))
-        spent += time.perf_counter() - t0
-        bar.n = round(spent)
-        bar.set_postfix(step=step, loss=f"{np.mean(losses[-20:]):.3f}")
-        ckpt.save_if_due(lambda: draft_own_state(draft), optim, rng, {"step": step, "spent": spent, "history": losses})
-    bar.close()
-    draft.eval()
+                      {"n_layers": opts.layers, "hidden": target.config.hidden_size})
+    fresh = not (opts.resume and ckpt.path.exists())  # the untrained draft's agreement, on a fresh start only
+    agreement_before = top1_agreement(draft, heldout, pad) if fresh else None
+    recipe = Recipe(opts.lr, warmup=20, grad_clip=1.0, minutes=opts.minutes, max_steps=opts.max_steps)
+
+    def loss_of_batch(batch):
+        loss = _loss(draft, *batch, opts.label_fraction, generator)
+        return loss, round(loss.item(), 4)
+
+    stream = batches(lambda: rng.sample(train, opts.batch), lambda seqs: _batch(seqs, pad), torch.device("cpu"))
+    step, spent, losses = fit(draft, loss_of_batch, stream, recipe, ckpt, rng, lambda: draft_own_state(draft),
+                              resume=opts.resume, desc=f"draft {opts.layers}L",
+                              postfix=lambda history: {"loss": f"{np.mean(history[-20:]):.3f}"})
     atomic_write(out, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},
                                             str(tmp)))
     regen_manifest = REGEN_DIR / "manifest.json"
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     write_json(out.with_suffix(".json"), {
-        "artifact": repo_path(out),
-        "command": command_line(), "commit": git_commit(), "machine": machine(),
-        "architecture": f"LlamaForCausalLM, {n_layers} decoder layer(s) initialised from the target's first "
-                        f"{n_layers}; embedding and LM head shared with the target and frozen; stored in fp16",
+        **provenance(out, git_commit()),
+        "architecture": f"LlamaForCausalLM, {opts.layers} decoder layer(s) initialised from the target's "
+                        f"first {opts.layers}; embedding and LM head shared with the target and frozen; stored in fp16",
         "objective": "cross-entropy on the target's greedy response tokens (top-1 distillation)",
         "data": {"file": regen.get("artifact"), "train_response_tokens": regen.get("train", {}).get("response_tokens"),
                  "heldout_prompts": len(heldout)},
-        "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch,
-                      "label_fraction": label_fraction,
-                      "max_len": MAX_LEN, "grad_clip": 1.0, "schedule": "20-step warm-up, cosine over the budget"},
-        "budget_minutes": minutes, "steps": step, "wall_seconds": round(spent, 1),
-        "max_steps": max_steps,
+        "optimiser": recipe.recorded(batch_sequences=opts.batch, label_fraction=opts.label_fraction, max_len=MAX_LEN),
+        "budget_minutes": opts.minutes, "steps": step, "wall_seconds": round(spent, 1),
+        "max_steps": opts.max_steps,
         "loss_first_20": round(float(np.mean(losses[:20])), 4), "loss_last_20": round(float(np.mean(losses[-20:])), 4),
         "heldout_top1_agreement_before": agreement_before,
         "heldout_top1_agreement": top1_agreement(draft, heldout, pad),
+        "options": recorded(opts),
     })
     ckpt.finish()
     return out

@@ -15,26 +15,25 @@ Three steps, each resumable:
 from __future__ import annotations
 
 import json
-import random
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
-from ..artifacts import command_line, git_commit, machine, repo_path, write_json
+from ..artifacts import git_commit, repo_path, write_json
+from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, regen_files, sharegpt_replies, training_items
 from ..eagle import EagleHead
 from ..heads import head_path, load_head, save_head
 from ..models import load_target
+from ..options import recorded
 from ..paths import CACHE_DIR
 from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
-from .distill import set_lr
 from .evaluate import heldout_evaluation
-from .features import target_features
-from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, regen_files, sharegpt_replies, training_items
+from .features import source_features
+from .loop import Recipe, fit, provenance, seeded, started_from
+from .options import Eagle1Options
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
 NOISE = 0.1            # uniform noise U(-NOISE, NOISE) added to input features during training
@@ -87,14 +86,10 @@ def head_loss(head: EagleHead, batch, feature_weight: float, ce_fraction: float 
     return feature_weight * feature + CE_WEIGHT * ce, float(feature.detach()), float(ce.detach())
 
 
-def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, lr: float = 1e-3, seed: int = 0,
-               ce_fraction: float = 0.5, resume: bool = False, out: Path | None = None, target=None,
-               data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
-               replies: int = 0, init: Path | None = None, reply_feature_dtype: str = "float32",
-               device: str | None = None, sampled: bool = False, train_prompts: int | None = None) -> Path:
-    """Train an EAGLE head for `minutes` of wall time (or exactly `max_steps` steps, with the
-    cosine over steps: heads compared at equal steps) and write it (fp16) with its manifest to
-    `out` (default data/eagle/<variant>.safetensors).
+def train_head(opts: Eagle1Options, target=None, data: RegenSet | None = None, out: Path | None = None) -> Path:
+    """Train an EAGLE head for `opts.minutes` of wall time (or exactly `opts.max_steps` steps, with
+    the cosine over steps: heads compared at equal steps) and write it (fp16) with its manifest to
+    `out` (default data/eagle/NAME.safetensors, NAME the options' name or else the variant).
 
     `sampled`: train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)
     instead of the greedy ones. `train_prompts`: only the first N training prompts of that set
@@ -108,95 +103,75 @@ def train_head(variant: str = "eagle1", minutes: float = 30.0, batch: int = 8, l
     `device="cuda"`: features and training on a GPU; the head is evaluated and saved from the
     CPU. `eval_prompts=0` skips the held-out evaluation (`python -m lab evaluate` adds it)."""
     commit = git_commit()  # the code that trains, not whatever is checked out when it ends
-    device = resolve_device(device)
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    generator = torch.Generator(device=device).manual_seed(seed)
+    variant, replies, dtype, sampled = opts.variant, opts.replies, opts.reply_feature_dtype, opts.sampled
+    device = resolve_device(opts.device)
+    rng, generator = seeded(opts.seed, device)
     target = (target if target is not None else load_target()).to(device)
     for param in target.parameters():
         param.requires_grad_(False)
     data = data if data is not None else load_regen(sampled)
+    init = head_path(opts.init) if opts.init else None
     head = (load_head(target, path=init) if init is not None else EagleHead(target, variant)).to(device)
-    init_record = None if init is None else {  # read now: `out` may be `init` and is overwritten
-        "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
-        if init.with_suffix(".json").exists() else None}
-    feats = target_features(target, data, head.feature_layers)
-    sources = [(data, feats)]
-    if replies:
-        extra = sharegpt_replies(replies)  # prompts after the full regenerated set, whatever `data` is
-        feature_target = target if reply_feature_dtype == "float32" else load_target(reply_feature_dtype).to(device)
-        sources.append((extra, target_features(feature_target, extra, head.feature_layers)))
-        del feature_target
+    init_record = started_from(init)  # read now: `out` may be `init` and is overwritten
+    # ShareGPT's replies: to the prompts after the full regenerated set, whatever `data` is
+    texts = [data] + ([sharegpt_replies(replies)] if replies else [])
+    sources = list(zip(texts, source_features(target, texts, head.feature_layers, dtype)))
+    feats = sources[0][1]
     # every training sequence as (source, index, prompt length)
-    train = training_items([d for d, _ in sources], train_prompts)
-    heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:eval_prompts]
+    train = training_items([d for d, _ in sources], opts.train_prompts)
+    heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:opts.eval_prompts]
     feature_weight = 0.0 if variant == "token-only" else 1.0
-    params = [p for p in head.parameters() if p.requires_grad]
-    optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    out = out or head_path(variant)
+    out = out or head_path(opts.name or variant)
     shape = {"variant": variant, "hidden": target.config.hidden_size, "vocab": target.config.vocab_size,
-             "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
+             "replies": replies, "reply_feature_dtype": dtype if replies else None,
              "init": None if init is None else repo_path(init), "sampled": sampled,
-             "train_prompts": train_prompts}  # what a resume must match
+             "train_prompts": opts.train_prompts}  # what a resume must match
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
-    progress = ckpt.resume(head, optim, rng) if resume else None
-    step, spent, history = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
-    budget = minutes * 60
-    head.train()
-    stream = batches(lambda: [(sources[s][0].ids(i), sources[s][1][i], p)
-                              for s, i, p in rng.sample(train, min(batch, len(train)))], _batch, device)
-    bar = tqdm(total=max_steps or round(budget), initial=step if max_steps else round(spent),
-               desc=f"train {variant}", unit="step" if max_steps else "s")
-    while (step < max_steps) if max_steps else (spent < budget):
-        t0 = time.perf_counter()
-        set_lr(optim, lr, step, *((step, max_steps) if max_steps else (spent, budget)), warmup=50)
-        loss, feature, ce = head_loss(head, next(stream), feature_weight, ce_fraction, generator)
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5)
-        optim.step()
-        step += 1
-        history.append((round(feature, 4), round(ce, 4)))
-        spent += time.perf_counter() - t0
+    recipe = Recipe(opts.lr, warmup=50, grad_clip=0.5, minutes=opts.minutes, max_steps=opts.max_steps)
+
+    def loss_of_batch(batch):
+        loss, feature, ce = head_loss(head, batch, feature_weight, opts.ce_fraction, generator)
+        return loss, (round(feature, 4), round(ce, 4))
+
+    def postfix(history: list) -> dict:
         recent = np.nanmean(history[-20:], axis=0)
-        bar.n = step if max_steps else round(spent)
-        bar.set_postfix(step=step, feature=f"{recent[0]:.3f}", ce=f"{recent[1]:.3f}")
-        ckpt.save_if_due(head.own_state, optim, rng, {"step": step, "spent": spent, "history": history})
-    bar.close()
-    stream.close()
-    head.eval()
+        return {"feature": f"{recent[0]:.3f}", "ce": f"{recent[1]:.3f}"}
+
+    stream = batches(lambda: [(sources[s][0].ids(i), sources[s][1][i], p)
+                              for s, i, p in rng.sample(train, min(opts.batch, len(train)))], _batch, device)
+    step, spent, history = fit(head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume,
+                               desc=f"train {variant}", postfix=postfix)
     head.cpu()  # the evaluation below, and every user of the head, run on the CPU
     target.cpu()
     save_head(head, out)
-    report = {"evaluation": heldout_evaluation(head, data, feats, eval_prompts or HELDOUT_PROMPTS)} if heldout else {}
+    report = {"evaluation": heldout_evaluation(head, data, feats, opts.eval_prompts or HELDOUT_PROMPTS)} \
+        if heldout else {}
     regen_manifest = regen_files(sampled)[1]
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     first, last = np.nanmean(history[:20], axis=0), np.nanmean(history[-20:], axis=0)
     write_json(out.with_suffix(".json"), {
-        "artifact": repo_path(out),
-        "command": command_line(), "commit": commit, "machine": machine(),
+        **provenance(out, commit),
         "variant": variant, "inputs": list(head.inputs), "feature_layers": list(head.feature_layers),
         "architecture": "fc (k*H -> H, bias) + one Llama decoder layer, no final norm; the target's embedding and "
                         "LM head shared and frozen; stored in fp16",
         "objective": {"feature_smooth_l1_weight": feature_weight, "soft_ce_weight": CE_WEIGHT,
-                      "ce_fraction_of_positions": ce_fraction, "input_noise": f"uniform(-{NOISE}, {NOISE})"},
+                      "ce_fraction_of_positions": opts.ce_fraction, "input_noise": f"uniform(-{NOISE}, {NOISE})"},
         "data": {"file": regen.get("artifact"), "answers": "sampled at T = 1" if sampled else "greedy",
-                 "train_sequences": len(train), "train_prompts_limit": train_prompts,
+                 "train_sequences": len(train), "train_prompts_limit": opts.train_prompts,
                  "train_response_tokens": sum(int(data.offsets[i + 1] - data.offsets[i]) - p
                                               for s, i, p in train if s == 0),
                  "sharegpt_reply_sequences": len(sources[1][0].split) if replies else 0,
                  "sharegpt_reply_tokens": _response_tokens(sources[1][0]) if replies else 0,
-                 "sharegpt_reply_feature_dtype": reply_feature_dtype if replies else None,
+                 "sharegpt_reply_feature_dtype": dtype if replies else None,
                  "heldout_prompts_evaluated": len(heldout)},
         "init": init_record,
-        "optimiser": {"name": "AdamW", "lr": lr, "betas": [0.9, 0.95], "batch_sequences": batch, "max_len": MAX_LEN,
-                      "grad_clip": 0.5,
-                      "schedule": f"50-step warm-up, cosine over the {'steps' if max_steps else 'wall-clock budget'}"},
-        budget_key(device): round(spent / 60, 2) if max_steps else minutes,
-        "device": str(device), "steps": step, "wall_seconds": round(spent, 1), "max_steps": max_steps,
+        "optimiser": recipe.recorded(batch_sequences=opts.batch, max_len=MAX_LEN),
+        budget_key(device): round(spent / 60, 2) if opts.max_steps else opts.minutes,
+        "device": str(device), "steps": step, "wall_seconds": round(spent, 1), "max_steps": opts.max_steps,
         "loss_first_20": {"feature": round(float(first[0]), 4), "ce": round(float(first[1]), 4)},
         "loss_last_20": {"feature": round(float(last[0]), 4), "ce": round(float(last[1]), 4)},
         **report,
+        "options": recorded(opts),
     })
     ckpt.finish()
     return out

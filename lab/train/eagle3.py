@@ -10,8 +10,7 @@
    step s-1 and is scored against the target's distribution of token t+2+s restricted to the
    draft vocabulary (renormalised), where that token is a response token and the target's
    argmax lies inside the vocabulary (computed once per sequence: `target_argmax`).
-   Loss = sum over steps of 0.8^s x the step's mean soft cross-entropy. AdamW (0.9, 0.95),
-   gradient clipping 0.5, warm-up then cosine over the budget, checkpoints, `--resume`.
+   Loss = sum over steps of 0.8^s x the step's mean soft cross-entropy, trained by `lab.train.loop`.
 3. Evaluation on the held-out prompts by the one evaluator of every head kind
    (`lab.train.evaluate`), written into the manifest under "evaluation".
 
@@ -24,8 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import random
 import time
 from pathlib import Path
 
@@ -33,25 +30,24 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from tqdm import tqdm
 
-from ..artifacts import command_line, git_commit, machine, repo_path, write_json
+from ..artifacts import git_commit, repo_path, write_json
+from ..data import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
 from ..eagle3 import Eagle3Head, feature_layers
 from ..heads import head_path, load_head, save_head
-from ..errors import LabError
 from ..models import load_target
+from ..options import recorded
 from ..paths import CACHE_DIR
-from .batches import batches, budget_key, resolve_device
+from .batches import batches, budget_key
 from .checkpoint import Checkpoint
-from .distill import set_lr
 from .eagle import MAX_LEN
 from .evaluate import heldout_evaluation
-from .features import FeatureSet, target_features
-from ..data import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
+from .features import FeatureSet, source_features
+from .loop import Recipe, fit, processes, provenance, seeded, started_from
+from .options import Eagle3Options
 
-STEPS = 7
+STEPS, DRAFT_VOCAB = Eagle3Options.ttt_steps, Eagle3Options.draft_vocab  # the options' defaults
 STEP_DECAY = 0.8
-DRAFT_VOCAB = 8192
 
 
 def cached_layers(target) -> tuple[int, ...]:
@@ -203,155 +199,82 @@ def ttt_attention_mask(positions: int, steps: int) -> torch.Tensor:
 
 # ---- training -----------------------------------------------------------------------------
 
-def _distributed(device: str | None) -> tuple[int, int, torch.device]:
-    """(rank, world size, this process's device); joins the process group when launched by
-    torchrun: NCCL for a GPU run, each rank on the GPU its LOCAL_RANK names, gloo on CPUs."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    gpu = (device or "cpu").startswith("cuda")
-    chosen = resolve_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if gpu and world > 1 else device)
-    if chosen.type == "cuda":
-        torch.cuda.set_device(chosen)  # NCCL's collectives and barriers use the current device
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if gpu else "gloo")
-    return (dist.get_rank(), world, chosen) if world > 1 else (0, 1, chosen)
-
-
-def train_eagle3(minutes: float = 60.0, steps: int = STEPS, batch: int = 8, lr: float = 1e-3, seed: int = 0,
-                 vocab_size: int = DRAFT_VOCAB, replies: int = 0, reply_feature_dtype: str = "float32",
-                 init: Path | None = None, resume: bool = False, out: Path | None = None, target=None,
-                 data: RegenSet | None = None, max_steps: int | None = None, eval_prompts: int | None = None,
-                 train_prompts: int | None = None, taps: str = "fused", bf16_autocast: bool = True,
-                 progress: bool = True, device: str | None = None, output_init: str = "random",
-                 fc_init: str = "random", freeze_output: bool = False, feature_weight: float = 0.0) -> Path:
-    """Train an EAGLE-3 head for `minutes` of wall time (or exactly `max_steps` steps, with the
-    cosine schedule over steps) and write it (fp16) with its manifest to `out` (default
-    data/eagle/eagle3.safetensors). `replies` and `reply_feature_dtype` add ShareGPT's own
-    replies as in `train eagle1`; `train_prompts` trains on the first N regenerated training
-    prompts only (the data-scaling runs); `taps="top"` feeds only the top feature (an ablation);
-    `init` continues a trained head (same vocabulary and taps). `bf16_autocast` runs the
-    matrix products in bfloat16 (fp32 weights and optimiser), faster on CPUs with bfloat16
-    support. `device="cuda"` computes the features and trains on a GPU (each rank on its own
-    under torchrun); the head is evaluated and saved from the CPU. `eval_prompts=0` skips the
-    held-out evaluation (`python -m lab evaluate NAME --prompts 64` adds it later).
-    `output_init="target"` starts a new head's final norm and LM head from the target's
-    (`Eagle3Head.copy_target_output`); `fc_init="high"` starts its fc as the identity on the
-    high tap (`Eagle3Head.pass_high_tap`). `freeze_output` keeps the final norm and LM head as
-    they start (for a new head, the target's own: the readout EAGLE-1 shares with the target) and
-    trains fc and the layer only. `feature_weight` > 0 adds EAGLE-1's feature regression to
-    the token loss (see `ttt_loss`): an ablation, not EAGLE-3's objective."""
-    if output_init not in ("random", "target") or fc_init not in ("random", "high"):
-        raise LabError(f"unknown --output-init {output_init!r} or --fc-init {fc_init!r}: "
-                       "choose random or target, and random or high")
-    if init is not None and (output_init, fc_init) != ("random", "random"):
-        raise LabError("--output-init and --fc-init start a new head; with --init the head continues "
-                       "from its weights: drop one of them")
-    if freeze_output and init is None and output_init != "target":
-        raise LabError("--freeze-output keeps the readout a new head starts with: add --output-init target "
-                       "(a frozen random readout would teach nothing)")
-    if fc_init == "high" and taps != "fused":
-        raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
-    if feature_weight < 0:
-        raise LabError(f"--feature-loss must be 0 (EAGLE-3's objective) or a positive weight, not {feature_weight}")
+def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None, out: Path | None = None,
+                 progress: bool = True) -> Path:
+    """Train an EAGLE-3 head as `opts` say (`Eagle3Options` gives each option's meaning) for
+    `opts.minutes` of wall time, or exactly `opts.max_steps` steps, and write it (fp16) with its
+    manifest to `out` (default data/eagle/NAME.safetensors, NAME the options' name or eagle3).
+    `output_init="target"` starts a new head's readout as `Eagle3Head.copy_target_output` does,
+    `fc_init="high"` its fc as `Eagle3Head.pass_high_tap`; `feature_loss`: see `ttt_loss`. Under
+    torchrun each rank trains on its own device and share; rank 0 evaluates (on the CPU) and writes."""
     commit = git_commit()
-    rank, world, device = _distributed(device)
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
+    rank, world, device = processes(opts.device)
+    rng = seeded(opts.seed)[0]
     target = (target if target is not None else load_target()).to(device)
     for param in target.parameters():
         param.requires_grad_(False)
     data = data if data is not None else load_regen()
-    layers = cached_layers(target)
     extract_seconds = time.perf_counter()
-    sources = [data] + ([sharegpt_replies(replies)] if replies else [])
-    feature_sets = []
-    for s, source in enumerate(sources):
-        if rank and world > 1:
-            dist.barrier()  # rank 0 builds each cache first; the others then read it
-        model = target if s == 0 or reply_feature_dtype == "float32" else load_target(reply_feature_dtype).to(device)
-        feature_sets.append(target_features(model, source, layers, progress=progress and rank == 0))
-        if not rank and world > 1:
-            dist.barrier()
+    sources = [data] + ([sharegpt_replies(opts.replies)] if opts.replies else [])
+    feature_sets = source_features(target, sources, cached_layers(target), opts.reply_feature_dtype, progress)
     extract_seconds = time.perf_counter() - extract_seconds
+    init = head_path(opts.init) if opts.init else None
     if init is not None:
         head = load_head(target, path=init)
     else:
-        head = Eagle3Head(target, training_vocabulary(sources, vocab_size), taps)
-        if output_init == "target":
+        head = Eagle3Head(target, training_vocabulary(sources, opts.draft_vocab), opts.taps)
+        if opts.output_init == "target":
             head.copy_target_output(target)
-        if fc_init == "high":
+        if opts.fc_init == "high":
             head.pass_high_tap()
-    if freeze_output:
+    if opts.freeze_output:
         for param in (head.norm.weight, head.lm_head.weight):
             param.requires_grad_(False)
     head.to(device)
-    init_record = None if init is None else {
-        "path": repo_path(init), "manifest": json.loads(init.with_suffix(".json").read_text())
-        if init.with_suffix(".json").exists() else None}
-    train = training_items(sources, train_prompts)
-    heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:eval_prompts]
-    params = [p for p in head.parameters() if p.requires_grad]
-    optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    init_record = started_from(init)
+    train = training_items(sources, opts.train_prompts)
+    heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:opts.eval_prompts]
     model = head if world == 1 else torch.nn.parallel.DistributedDataParallel(
         head, device_ids=[device] if device.type == "cuda" else None)
-    out = out or head_path("eagle3")
-    taps = head.taps
-    shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": taps,
-             "replies": replies, "reply_feature_dtype": reply_feature_dtype if replies else None,
-             "train_prompts": train_prompts, "init": None if init is None else repo_path(init), "world": world,
-             "output_init": output_init,
+    out = out or head_path(opts.name or "eagle3")
+    steps = opts.ttt_steps
+    shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": head.taps,
+             "replies": opts.replies, "reply_feature_dtype": opts.reply_feature_dtype if opts.replies else None,
+             "train_prompts": opts.train_prompts, "init": None if init is None else repo_path(init), "world": world,
+             "output_init": opts.output_init,
              # only where it is not the default, so that checkpoints from before the option resume
-             **({"fc_init": fc_init} if fc_init != "random" else {}),
-             **({"freeze_output": True} if freeze_output else {}),
-             **({"feature_weight": feature_weight} if feature_weight else {})}
+             **({"fc_init": opts.fc_init} if opts.fc_init != "random" else {}),
+             **({"freeze_output": True} if opts.freeze_output else {}),
+             **({"feature_weight": opts.feature_loss} if opts.feature_loss else {})}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
-    state = ckpt.resume(head, optim, rng) if resume else None
-    step, spent, history = (state["step"], state["spent"], state["history"]) if state else (0, 0.0, [])
-    budget = minutes * 60
-    hidden = target.config.hidden_size
+    recipe = Recipe(opts.lr, warmup=50, grad_clip=0.5, minutes=opts.minutes, max_steps=opts.max_steps)
     target_head = target.lm_head.weight.detach().float()
-    head.train()
     argmax_memo: dict = {}
-    stream = batches(lambda: [(sources[s].ids(i), feature_sets[s][i], p)
-                              for s, i, p in rng.sample(train, min(batch, len(train)))[rank::world]],
-                     lambda items: make_batch(items, hidden, taps), device)
-    bar = tqdm(total=max_steps or round(budget), initial=step if max_steps else round(spent), desc="train eagle3",
-               unit="step" if max_steps else "s", disable=not progress or rank != 0)
-    while (step < max_steps) if max_steps else (spent < budget):
-        t0 = time.perf_counter()
-        # a step-based schedule when the step count is fixed, so that runs are reproducible
-        set_lr(optim, lr, step, *((step, max_steps) if max_steps else (spent, budget)), warmup=50)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast):
-            loss, ces, hits, feats = ttt_loss(head, next(stream), target_head, steps, model, world, feature_weight,
+
+    def loss_of_batch(batch):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=not opts.fp32):
+            loss, ces, hits, feats = ttt_loss(head, batch, target_head, steps, model, world, opts.feature_loss,
                                               argmax_memo)
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5)
-        optim.step()
-        step += 1
-        elapsed = torch.tensor([time.perf_counter() - t0], device=device)
-        if world > 1:  # every rank must agree on the schedule and on when to stop
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        spent += float(elapsed)
-        history.append([round(x, 4) for x in ces + hits + feats])
+        return loss, [round(x, 4) for x in ces + hits + feats]
+
+    def postfix(history: list) -> dict:
         recent = np.nanmean(np.array(history[-20:], dtype=float), axis=0)
-        bar.n = step if max_steps else round(spent)
-        bar.set_postfix(step=step, ce0=f"{recent[0]:.2f}", ce_last=f"{recent[steps - 1]:.2f}",
-                        acc0=f"{recent[steps]:.2f}", acc_last=f"{recent[2 * steps - 1]:.2f}")
-        if rank == 0:
-            ckpt.save_if_due(head.own_state, optim, rng, {"step": step, "spent": spent, "history": history})
-    bar.close()
-    stream.close()
-    head.eval()
+        return {"ce0": f"{recent[0]:.2f}", "ce_last": f"{recent[steps - 1]:.2f}", "acc0": f"{recent[steps]:.2f}",
+                "acc_last": f"{recent[2 * steps - 1]:.2f}"}
+
+    stream = batches(lambda: [(sources[s].ids(i), feature_sets[s][i], p)
+                              for s, i, p in rng.sample(train, min(opts.batch, len(train)))[rank::world]],
+                     lambda items: make_batch(items, target.config.hidden_size, head.taps), device)
+    step, spent, history = fit(head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume,
+                               desc="train eagle3", postfix=postfix, show=progress and rank == 0, world=world)
     head.cpu()  # the evaluation below, and every user of the head, run on the CPU
     target.cpu()
     if rank == 0:
         save_head(head, out)
-        settings = {"steps": steps, "batch": batch, "lr": lr, "minutes": minutes, "max_steps": max_steps,
-                    "bf16_autocast": bf16_autocast, "device": str(device), "output_init": output_init,
-                    "fc_init": fc_init, "freeze_output": freeze_output, "feature_weight": feature_weight,
-                    "train_prompts": train_prompts, "world": world, "reply_feature_dtype": reply_feature_dtype}
-        write_json(out.with_suffix(".json"), _manifest(head, out, commit, data, sources, feature_sets, train, heldout,
-                                                       init_record, extract_seconds, history, step, spent, settings))
+        run = {"commit": commit, "world": world, "device": str(device), "extract_seconds": extract_seconds,
+               "steps": step, "spent": spent, "history": history}
+        write_json(out.with_suffix(".json"), _manifest(head, out, opts, recipe, data, sources, feature_sets, train,
+                                                       heldout, init_record, run))
         ckpt.finish()
     if world > 1:
         dist.barrier()
@@ -365,10 +288,11 @@ def _by_step(row: np.ndarray, steps: int) -> dict:
             for i in range(len(row) // steps)}
 
 
-def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources: list[RegenSet],
-              feature_sets: list[FeatureSet], train: list, heldout: list[int], init_record: dict | None,
-              extract_seconds: float, history: list, step: int, spent: float, settings: dict) -> dict:
-    steps, max_steps = settings["steps"], settings["max_steps"]
+def _manifest(head: Eagle3Head, out: Path, opts: Eagle3Options, recipe: Recipe, data: RegenSet,
+              sources: list[RegenSet], feature_sets: list[FeatureSet], train: list, heldout: list[int],
+              init_record: dict | None, run: dict) -> dict:
+    """What the run made, from what and how (the manifest beside the head)."""
+    steps, history = opts.ttt_steps, run["history"]
     regen_manifest = REGEN_DIR / "manifest.json"
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     response_tokens = sum(len(sources[s].ids(i)) - p for s, i, p in train)
@@ -376,7 +300,7 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
     first = np.nanmean(np.array(history[:20], dtype=float), axis=0)
     last = np.nanmean(np.array(history[-20:], dtype=float), axis=0)
     return {
-        "artifact": repo_path(out), "command": command_line(), "commit": commit, "machine": machine(),
+        **provenance(out, run["commit"]),
         "variant": "eagle3", "taps": head.taps, "feature_layers": list(head.feature_layers),
         "architecture": "fc (3H -> H, no bias) over the states entering layers 2, N/2, N-3; one decoder layer on "
                         "[norm(token embedding), norm(state)] with the state on the residual; final norm; own LM "
@@ -390,33 +314,32 @@ def _manifest(head: Eagle3Head, out: Path, commit: str, data: RegenSet, sources:
                       "feature_regression": {
                           "loss": "smooth-L1 between each step's output state and the target's top feature at its "
                                   "label's position (an ablation: EAGLE-3 has none)",
-                          "weight_against_token_loss": settings["feature_weight"]}
-                      if settings["feature_weight"] else None,
-                      "output_init": "final norm and LM head from the target's" if settings["output_init"] == "target"
+                          "weight_against_token_loss": opts.feature_loss}
+                      if opts.feature_loss else None,
+                      "output_init": "final norm and LM head from the target's" if opts.output_init == "target"
                       else "random" if init_record is None else "continued",
-                      "output_trained": not settings["freeze_output"],
-                      "fc_init": "the identity on the high tap" if settings["fc_init"] == "high"
+                      "output_trained": not opts.freeze_output,
+                      "fc_init": "the identity on the high tap" if opts.fc_init == "high"
                       else "random" if init_record is None else "continued"},
         "data": {"file": regen.get("artifact"), "train_sequences": len(train), "train_response_tokens": response_tokens,
-                 "train_prompts_limit": settings["train_prompts"],
+                 "train_prompts_limit": opts.train_prompts,
                  "sharegpt_reply_sequences": len(sources[1].split) if len(sources) > 1 else 0,
-                 "sharegpt_reply_feature_dtype": settings["reply_feature_dtype"] if len(sources) > 1 else None,
+                 "sharegpt_reply_feature_dtype": opts.reply_feature_dtype if len(sources) > 1 else None,
                  "heldout_prompts_evaluated": len(heldout)},
         "feature_cache": [{"folder": repo_path(f.folder) if f.folder else None,
                            "gigabytes": round(sum(c.nbytes for c in f.chunks) / 1e9, 2),
                            "compute_seconds_recorded": round(f.compute_seconds, 1), "untimed_chunks": f.untimed_chunks}
                           for f in feature_sets],
         "init": init_record,
-        "optimiser": {"name": "AdamW", "lr": settings["lr"], "betas": [0.9, 0.95],
-                      "batch_sequences": settings["batch"], "max_len": MAX_LEN, "grad_clip": 0.5,
-                      "processes": settings["world"], "bf16_autocast": settings["bf16_autocast"],
-                      "schedule": f"50-step warm-up, cosine over the {'steps' if max_steps else 'wall-clock budget'}"},
-        "budget": {"device": settings["device"], "feature_seconds_this_run": round(extract_seconds, 1),
-                   "train_wall_seconds": round(spent, 1),
-                   "requested_minutes": None if max_steps else settings["minutes"]},
-        budget_key(torch.device(settings["device"])): round(spent / 60, 2),
-        "steps": step, "max_steps": max_steps,
+        "optimiser": recipe.recorded(batch_sequences=opts.batch, max_len=MAX_LEN, processes=run["world"],
+                                     bf16_autocast=not opts.fp32),
+        "budget": {"device": run["device"], "feature_seconds_this_run": round(run["extract_seconds"], 1),
+                   "train_wall_seconds": round(run["spent"], 1),
+                   "requested_minutes": None if opts.max_steps else opts.minutes},
+        budget_key(torch.device(run["device"])): round(run["spent"] / 60, 2),
+        "steps": run["steps"], "max_steps": opts.max_steps,
         "loss_first_20": _by_step(first, steps), "loss_last_20": _by_step(last, steps),
         **({"evaluation": heldout_evaluation(head, data, feature_sets[0], len(heldout))} if heldout else {}),
+        "options": recorded(opts),
     }
 

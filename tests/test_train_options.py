@@ -1,0 +1,64 @@
+"""`python -m lab train WHAT`: every recorded training command still parses, into the options the
+run had; each trainer's flags come from its options dataclass."""
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from lab.cli import build_parser
+from lab.errors import LabError
+from lab.experiments import EXPERIMENTS
+from lab.options import from_args
+from lab.train.options import TRAINERS, DraftOptions, Eagle1Options, Eagle3Options, JudgeOptions
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+RECORDED = re.compile(r'"command": "python -m lab (train [^"]*)"')
+
+
+def recorded_commands() -> list[str]:
+    """Every `train ...` command a manifest under data/ records or an experiment runs."""
+    found = {m for path in DATA.rglob("*.json") for m in RECORDED.findall(path.read_text(errors="replace"))}
+    found |= {c for e in EXPERIMENTS.values() for step in e.steps for c in step.commands if c.startswith("train ")}
+    return sorted(found)
+
+
+def parsed(command: str):
+    args = build_parser().parse_args(shlex.split(command))
+    return from_args(args.options, args)
+
+
+def test_there_are_recorded_commands_of_every_trainer():
+    assert {c.split()[1] for c in recorded_commands()} == set(TRAINERS)
+
+
+@pytest.mark.parametrize("command", recorded_commands())
+def test_every_recorded_train_command_parses(command):
+    options = parsed(command)
+    assert type(options) is TRAINERS[command.split()[1]][0]
+
+
+def test_recorded_commands_give_the_options_they_ran_with():
+    assert parsed("train draft --layers 2 --minutes 6") == DraftOptions(layers=2)
+    assert parsed("train eagle1 --init eagle1 --replies 400000 --minutes 45 --lr 5e-4") == Eagle1Options(
+        init="eagle1", replies=400000, minutes=45.0, lr=5e-4)
+    assert parsed("train eagle3 --fp32 --resume --name eagle3-s1-frozen --ttt-steps 1 --max-steps 400 "
+                  "--output-init target --freeze-output") == Eagle3Options(
+        name="eagle3-s1-frozen", ttt_steps=1, max_steps=400, output_init="target", freeze_output=True, fp32=True,
+        resume=True)
+    assert parsed("train judge --mined 131 --mine-with draft,eagle1 --with-logits --out data/judge/x.json") == \
+        JudgeOptions(mined=131, mine_with="draft,eagle1", with_logits=True, out="data/judge/x.json")
+
+
+def test_the_defaults_are_each_trainers_own():
+    budgets = {what: (parsed(f"train {what}").minutes, parsed(f"train {what}").lr)
+               for what in ("draft", "eagle1", "eagle3")}
+    assert budgets == {"draft": (6.0, 2e-3), "eagle1": (30.0, 1e-3), "eagle3": (60.0, 1e-3)}
+    assert parsed("train eagle3").device == parsed("train eagle1").device == "cpu"
+
+
+def test_a_flag_of_another_trainer_or_contradictory_options_are_refused():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "eagle1", "--ttt-steps", "1"])
+    with pytest.raises(LabError, match="--init the head continues"):
+        parsed("train eagle3 --init eagle3 --output-init target")
