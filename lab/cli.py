@@ -13,6 +13,7 @@ from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, metho
 from .errors import LabError
 from .options import add_options, from_args, opt
 from .paths import EAGLE3_SHIPPED, shipped_head
+from .train.options import TRAINERS
 
 ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[34m", "target": ""}
 
@@ -136,7 +137,6 @@ def _data(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .options import from_args
     options = from_args(args.options, args)
     if args.what == "draft":
         from .train.distill import train_draft as trainer
@@ -261,13 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="distil a draft model or train an EAGLE head or the judge head from the "
                                         "target (eagle3 also runs under torchrun --nproc_per_node N)")
-    from .options import add_options
-    from .train.options import TRAINERS
     trainers = train.add_subparsers(dest="what", required=True, metavar="{" + ",".join(TRAINERS) + "}")
     for what, (options, purpose) in TRAINERS.items():
         add_options(trainers.add_parser(what, help=purpose, description=purpose), options).set_defaults(options=options)
     train.set_defaults(run=_train)
-
     return parser
 
 

@@ -32,7 +32,6 @@ from .exact import fast_linear
 from .models import TARGET_NAME
 
 
-
 def feature_layers(num_layers: int) -> tuple[int, int, int]:
     """transformers' hidden_states indices of the low, middle and high taps: the states entering
     decoder layers 2, N//2 and N-3 (for SmolLM2's 30 layers: 2, 15, 27; a test model of fewer
