@@ -219,9 +219,9 @@ def _endtoend(args: argparse.Namespace) -> None:
 
 
 def _quality(args: argparse.Namespace) -> None:
+    from .judge.sweep import format_quality, quality_sweep
     from .models import load_target, load_tokenizer
     from .paths import fast_mode
-    from .quality import format_quality, quality_sweep
     o = from_args(QualityOptions, args)
     tasks, runs = quality_sweep(load_target(), load_tokenizer(), o.per_kind, fast_mode(), o.json and Path(o.json),
                                 o.judge)

@@ -20,8 +20,16 @@ from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
 from .timing import Seconds
 from .trees import DraftTree
-from .verify import (ChainResult, TreeResult, argmax_rows, verify_chain, verify_chain_greedy, verify_chain_lossy,
-                     verify_tree, verify_tree_greedy)
+from .verify.lossless import (
+    ChainResult,
+    TreeResult,
+    argmax_rows,
+    verify_chain,
+    verify_chain_greedy,
+    verify_tree,
+    verify_tree_greedy,
+)
+from .verify.lossy import verify_chain_lossy
 
 KERNELS = ("torch", "triton")
 
@@ -57,7 +65,7 @@ def _count_positions(result: DecodeResult, attempted: int, n: int) -> None:
 
 def resolve_kernel(kernel: str | None, device: torch.device) -> str:
     """Which verification runs: `triton` (lab/kernels) by default on a GPU, the `torch`
-    reference (lab/verify.py) on a CPU. Triton on a CPU needs its interpreter."""
+    reference (lab/verify/lossless.py) on a CPU. Triton on a CPU needs its interpreter."""
     if kernel is None:
         return "triton" if device.type == "cuda" else "torch"
     if kernel not in KERNELS:
@@ -159,7 +167,7 @@ def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch
                  sampling: Sampling, rng: RandomStream, layers: tuple[int, ...], rule=None) -> Cycle:
     scored = target.forward([context[-1]] + drafts, hidden_layers=layers + (rule.layers if rule else ()))
     logits, uniforms = scored.logits, None
-    if rule is not None:  # a lossy acceptance rule (lab/judge.py): greedy, OR-ed with the target's argmax
+    if rule is not None:  # a lossy acceptance rule (lab/verify/lossy.py): greedy, OR-ed with the target's argmax
         verdict = verify_chain_lossy(drafts, argmax_rows(logits), rule.accepts(drafts, logits, scored.hidden))
     else:
         uniforms = _uniforms(len(drafts), sampling, rng)
@@ -193,7 +201,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
            ) -> DecodeResult:
     """Generate up to `max_new_tokens` after `prompt` (stopping after EOS) with `drafter`
     proposing up to `draft_len` tokens per cycle and the target verifying them with `kernel`
-    (see `resolve_kernel`), or, given a lossy `rule` (lab/judge.py: `JudgeRule`, `TopKRule`),
+    (see `resolve_kernel`), or, given a lossy `rule` (lab/verify/lossy.py: `JudgeRule`, `TopKRule`),
     greedily with that rule as a second way in (chains only). `on_tokens(tokens, origins)` sees
     each cycle's new tokens; `on_cycle(context, proposal, cycle, tokens, origins)` also sees the
     context the cycle started from, what was drafted and how the target scored it

@@ -15,16 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .costmodel import choice_path
 from .bench.endtoend import RESULTS_FILE
+from .costmodel import choice_path
+from .data.regenerated import regen_files
 from .heads import head_path
-from .judge import judge_path
+from .judge.probe import judge_path
+from .judge.sweep import QUALITY_FILE
 from .models import draft_path
 from .paths import DATA_DIR, KERNEL_BENCH_DIR, ROOT
-from .quality import QUALITY_FILE
 from .results import bench_files
 from .train.time_steps import STEPS_PATH
-from .data.regenerated import regen_files
 
 NB02 = "notebooks/02_rejection_sampling.ipynb"
 NB03, NB04, NB05, NB06 = ("notebooks/03_vanilla_speculative_decoding.ipynb", "notebooks/04_eagle_feature_drift.ipynb",
@@ -112,7 +112,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("regen/*", "the regenerated training set (greedy, and sampled at T = 1) and its manifest", _regen,
           ((NB02, "load_regen()"), (NB04, "load_regen(sampled="))),
     Entry("judge/*.json", "a Judge Decoding head (a linear probe and its threshold)", lambda p: judge_path(p.stem),
-          ((NB07, "load_judge("), ("lab/quality.py", "judge_path("))),
+          ((NB07, "load_judge("), ("lab/judge/sweep.py", "judge_path("))),
     Entry("results/*.json", "a benchmark or sweep result", _result,
           (RESULTS_PAGE, ("lab/results.py", "def bench_files("))),
     Entry("kernel_bench/*.json", "a Triton kernel benchmark on a lent GPU", lambda p: KERNEL_BENCH_DIR / p.name,

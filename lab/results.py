@@ -14,13 +14,13 @@ from pathlib import Path
 
 from .artifacts import atomic_write, repo_path
 from .bench import format_table, head_file, verification_line
-from .costmodel import choice_row
 from .bench.endtoend import format_end_to_end
+from .costmodel import choice_row
 from .errors import LabError
 from .experiments import EXPERIMENTS, experiment_of
 from .figures import load_manifest
+from .judge.sweep import QUALITY_FILE, QUALITY_HOW, format_quality, judge_bar, judge_heads, recorded_qualities
 from .paths import DATA_DIR, ROOT
-from .quality import QUALITY_FILE, QUALITY_HOW, format_quality, judge_bar, judge_heads, recorded_qualities
 
 RESULTS_DIR = DATA_DIR / "results"
 END_TO_END = RESULTS_DIR / "end_to_end.json"  # `python -m lab endtoend` (notebook 08): several settings in one file
@@ -275,8 +275,8 @@ def _judge_quality() -> list[str]:
     runs = recorded_qualities(result)
     return lines + [f"`{repo_path(QUALITY_FILE)}`: `{result['command']}` on {_machine(result)}, "
                     f"float32 target (commit {_commit(result)}). {result['questions']} "
-                    f"questions of the evaluation half (`lab.tasks`, seed {result['seed']}), which the judge's labels "
-                    f"never touch; greedy, chains of {result['draft_len']} from the 2-layer draft "
+                    f"questions of the evaluation half (`lab.judge.tasks`, seed {result['seed']}), which the "
+                    f"judge's labels never touch; greedy, chains of {result['draft_len']} from the 2-layer draft "
                     f"(`eagle`: the shipped EAGLE-1 head's top-1 chain), at most "
                     f"{result['max_new_tokens']} new tokens; tok/fwd counts verification forwards of "
                     "the target (the draft's own for `draft only`); tok/answer and fwd/answer: new tokens "

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .sampling import RandomStream
-from .verify import race, verify_chain, verify_tree
+from .verify.lossless import race, verify_chain, verify_tree
 
 
 @dataclass

@@ -6,22 +6,21 @@ import time
 import numpy as np
 import pytest
 import torch
+from test_decode import ar_runs
 
-from lab.data import chat_ids, mt_bench
+from lab.data import RegenSet, chat_ids, load_regen, mt_bench
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft, static_shape
 from lab.eagle import EagleHead
-from lab.heads import load_head, save_head
 from lab.engine import Engine
 from lab.errors import LabError
 from lab.exact import bf16_support
+from lab.heads import load_head, save_head
 from lab.sampling import Sampling
 from lab.train.eagle import _batch, head_loss, train_head
-from lab.train.options import Eagle1Options
 from lab.train.evaluate import unroll_mask, unrolled_predictions
-from lab.data import RegenSet, load_regen
+from lab.train.options import Eagle1Options
 from lab.trees import DraftTree
-from test_decode import ar_runs
 
 GREEDY = Sampling()
 
@@ -68,7 +67,7 @@ def test_eagle_equals_ar_tiny(tiny, tokenizer):
 def test_an_eagle_chain_is_the_head_top1_and_takes_a_lossy_rule(tiny, tokenizer):
     """Chain mode drafts the dynamic tree's top-1 path, one-hot; under a rule that accepts every
     draft the output is the head's own text (so the rule saw the head's drafts), not AR's."""
-    from lab.judge import TopKRule
+    from lab.verify.lossy import TopKRule
     head, prompt, target = EagleHead(tiny).eval(), prompts(tokenizer, 1)[0], Engine(tiny)
     seen = {"chain": [], "path": []}
     for name, drafter, take in (("chain", EagleDraft(head, "chain", depth=4), lambda p: (p[0], p[1])),
@@ -443,6 +442,7 @@ def test_training_starts_from_its_init_head(tiny, tmp_path, monkeypatch):
 
 def test_a_given_tree_takes_the_tuned_vocabulary_and_predictions(tmp_path):
     import json
+
     from lab.costmodel import given_tree, load_choice
     assert given_tree(3, 2, 8, tmp_path / "missing.json").draft_vocab == 8192
     tuned = {"dtype": "float32", "choice": {"draft_vocab": 4096},

@@ -11,13 +11,12 @@ import torch
 from lab.decode import decode
 from lab.drafters import NoDraft, TreeModelDraft
 from lab.engine import Engine
-from lab.models import engine_for
 from lab.errors import LabError
 from lab.exact import ExactEngine, bf16_support
-from lab.models import make_draft, tiny_target
+from lab.models import engine_for, make_draft, tiny_target
 from lab.sampling import Sampling
 from lab.trees import DraftTree
-from lab.verify import children_of
+from lab.verify.lossless import children_of
 
 pytestmark = pytest.mark.skipif(bf16_support() is not None, reason=f"{bf16_support()}")
 
@@ -100,6 +99,7 @@ def test_the_exact_engine_computes_the_same_model_as_transformers(target_bf16, t
     logits on an MT-Bench prompt differ only by bfloat16 rounding (here a mean of about 0.07 on
     logits up to about 40, every argmax the same); with RoPE's frequencies doubled they do not."""
     from transformers import LlamaForCausalLM
+
     from lab.data import chat_ids, mt_bench
     from lab.exact import PackedLlama
     ids = chat_ids(tokenizer, mt_bench()[0].text)
@@ -212,7 +212,7 @@ def _target_pairs(model, prompt, sampling):
 
 def _always_take_the_first_child(tokens, parents, p, uniforms, noise):
     """Broken verification: walks down the first child of every node without checking it."""
-    from lab.verify import TreeResult
+    from lab.verify.lossless import TreeResult
     children, path = children_of(parents), [0]
     while children[path[-1]]:
         path.append(children[path[-1]][0])
@@ -224,6 +224,7 @@ def test_sampled_tree_decoding_in_bfloat16_keeps_the_target_distribution(tokeniz
     """At temperature 1 (top-k 6 to keep the cells few), the first two tokens of tree decoding
     on the exact engine follow the target's own distribution; broken verification does not."""
     from test_verify import chi2_pvalue
+
     import lab.decode
     model = tiny_target(4).to(torch.bfloat16)
     drafter = TreeModelDraft(make_draft(model, 1), depth=2, top_k=2, total_tokens=5)

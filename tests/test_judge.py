@@ -3,16 +3,18 @@ acceptance rules and their reduction to standard verification."""
 import pytest
 import torch
 
+from lab.data import humaneval_problems, humaneval_split
 from lab.decode import decode
 from lab.drafters import NoDraft, ReferenceDraft
 from lab.engine import Engine
 from lab.errors import LabError
-from lab.judge import JudgeRule, Probe, TopKRule, code_mutations, label_tokens, load_judge, number_mutations
-from lab.sandbox import check_humaneval, run_python
+from lab.judge.labels import code_mutations, label_tokens, number_mutations
+from lab.judge.probe import load_judge
+from lab.judge.sandbox import check_humaneval, run_python
+from lab.judge.tasks import JUDGE_TASKS_PER_KIND, KINDS, make_tasks
 from lab.sampling import Sampling
-from lab.tasks import JUDGE_TASKS_PER_KIND, KINDS, make_tasks
-from lab.data import humaneval_problems, humaneval_split
-from lab.verify import verify_chain_greedy, verify_chain_lossy
+from lab.verify.lossless import verify_chain_greedy
+from lab.verify.lossy import JudgeRule, Probe, TopKRule, verify_chain_lossy
 
 GREEDY = Sampling()
 
@@ -177,7 +179,7 @@ def test_a_humaneval_split_keeps_the_program_whole(tokenizer):
         assert tokenizer.decode(context).endswith(p["prompt"].rstrip("\n")) and solution.startswith("\n")
 
 
-# ---- labels mined from real draft mismatches (lab/mining.py) ----------------------------------
+# ---- labels mined from real draft mismatches (lab/judge/labels.py) ----------------------------------
 
 @pytest.fixture(scope="module")
 def other():
@@ -187,7 +189,7 @@ def other():
 
 
 def _item(tokenizer, check, problem: str = "tasks:fake-0", text: str = "Mine this", n: int = 10):
-    from lab.mining import Checkable
+    from lab.judge.labels import Checkable
     return Checkable(problem, "mined_tasks", tokenizer(text, add_special_tokens=False).input_ids, check, n)
 
 
@@ -197,7 +199,7 @@ def _greedy_next(model, ids: list[int]) -> int:
 
 @torch.inference_mode()
 def test_mining_puts_the_draft_token_at_the_mismatch_and_lets_the_target_finish(tiny, other, tokenizer):
-    from lab.mining import greedy_answer, mine_item
+    from lab.judge.labels import greedy_answer, mine_item
     item = _item(tokenizer, lambda ids: True)
     answer = greedy_answer(Engine(tiny), item.prompt, 10, None)
     record = mine_item(Engine(tiny), other, item, cap=4, eos_id=None)
@@ -225,8 +227,7 @@ def _assert_labels_follow_the_checker(record: dict, examples: list, check) -> No
 
 
 def test_a_mined_label_is_positive_iff_the_finished_answer_passes(tiny, other, tokenizer):
-    from lab.judge import Labelled
-    from lab.mining import draft_mismatches, greedy_answer, labelled, mine_item, spread
+    from lab.judge.labels import Labelled, draft_mismatches, greedy_answer, labelled, mine_item, spread
     prompt = tokenizer("Mine this", add_special_tokens=False).input_ids
     answer = greedy_answer(Engine(tiny), prompt, 10, None)
     tried = spread(draft_mismatches(tiny, other, prompt, answer), 6)
@@ -253,8 +254,8 @@ def test_a_mined_label_is_positive_iff_the_finished_answer_passes(tiny, other, t
 
 @torch.inference_mode()
 def test_a_mined_token_is_read_where_the_judge_reads_it_in_decoding(tiny, other, tokenizer):
-    from lab.judge import token_features
-    from lab.mining import labelled, mine_item
+    from lab.judge.labels import labelled, mine_item
+    from lab.judge.probe import token_features
     record = mine_item(Engine(tiny), other, _item(tokenizer, lambda ids: True), cap=3, eos_id=None)
     layers = [1, tiny.config.num_hidden_layers]
     for ex, m in zip(labelled(record), record["mismatches"]):
@@ -290,7 +291,7 @@ def test_a_mined_token_is_read_where_the_judge_reads_it_in_decoding(tiny, other,
 @torch.inference_mode()
 def test_on_policy_mining_labels_the_tokens_only_the_judge_let_through(tiny, other, tokenizer):
     from lab.drafters import ModelDraft
-    from lab.mining import greedy_answer, judged_item, judged_tokens, labelled
+    from lab.judge.labels import greedy_answer, judged_item, judged_tokens, labelled
     always = JudgeRule(_probe(tiny.config.hidden_size, 2, bias=0.0), delta=0.1)  # P(correct) 0.5: accepts every draft
     item = _item(tokenizer, lambda ids: True, n=12)
     answer, found = judged_tokens(Engine(tiny), ModelDraft(other), always, item, 4, None)
@@ -327,7 +328,7 @@ def test_the_judge_bar_reads_tokens_per_forward_and_what_an_answer_costs():
     """The bar's sentence: the judge's best run within 5 points, as a multiple of standard SD's
     tokens per forward, and beside it the target forwards and tokens per answer, which show a
     rule that makes answers longer (here 20 tokens against 13.5)."""
-    from lab.quality import Quality, format_quality, judge_bar
+    from lab.judge.sweep import Quality, format_quality, judge_bar
     seven = {"addition": [True] * 7 + [False] * 3}  # 10 questions, 7 right
     runs = {"target only": Quality(seven, 135, 135, 0.0), "standard SD": Quality(seven, 135, 104, 0.0),
             "top-2": Quality({"addition": [True] * 5 + [False] * 5}, 160, 90, 0.0),
@@ -349,8 +350,8 @@ def test_the_judge_bar_reads_tokens_per_forward_and_what_an_answer_costs():
 
 
 def test_lost_questions_are_those_the_target_gets_right_and_a_run_gets_wrong(tiny, tokenizer):
+    from lab.judge.sweep import Quality, judge_only_tokens, lost_questions
     from lab.models import tiny_target
-    from lab.quality import Quality, judge_only_tokens, lost_questions
     tasks = make_tasks(per_kind=2, seed=1, split="evaluation")
     kinds = sorted({t.kind for t in tasks})
     target = Quality({k: [True, False] for k in kinds}, 0, 0, 0.0)
@@ -371,7 +372,8 @@ def test_lost_questions_are_those_the_target_gets_right_and_a_run_gets_wrong(tin
 
 
 def test_a_judge_that_reads_logits_loads_back_and_asks_for_them(tiny, tmp_path):
-    from lab.judge import logit_features, save_judge
+    from lab.judge.probe import save_judge
+    from lab.verify.lossy import logit_features
     width = tiny.config.hidden_size + 2
     probe = Probe(3, torch.zeros(width), torch.ones(width), torch.zeros(width), 0.0, reads_logits=True)
     probe.weight[-2] = 1.0  # P(correct) = sigmoid(log-probability of the token)
@@ -395,7 +397,7 @@ def test_a_judge_that_reads_logits_loads_back_and_asks_for_them(tiny, tmp_path):
 
 
 def test_mining_resumes_from_its_cache(tiny, other, tokenizer, tmp_path):
-    from lab.mining import mine
+    from lab.judge.labels import mine
     calls = []
 
     def check(ids: list[int]) -> bool:
@@ -414,8 +416,8 @@ def test_mining_resumes_from_its_cache(tiny, other, tokenizer, tmp_path):
 
 
 def test_the_split_keeps_planted_and_mined_labels_of_a_problem_together(tiny, other, tokenizer):
-    from lab.judge import split_by_problem, token_features
-    from lab.mining import checkable_items, labelled, mine_item
+    from lab.judge.labels import checkable_items, labelled, mine_item
+    from lab.judge.probe import split_by_problem, token_features
     examples = []
     for i in range(6):
         item = _item(tokenizer, lambda ids: True, f"tasks:fake-{i}", f"What is {i} + 3?", 6)
@@ -457,7 +459,7 @@ def test_per_source_report_counts_tokens_and_scores_validation_rows():
 def test_an_eagle_heads_mined_proposals_are_its_first_drafts_in_decoding(tiny, tokenizer):
     from lab.drafters import EagleDraft, NoDraft
     from lab.eagle import EagleHead
-    from lab.mining import draft_mismatches, draft_proposals
+    from lab.judge.labels import draft_mismatches, draft_proposals
     torch.manual_seed(0)
     head = EagleHead(tiny).eval()
     prompt = tokenizer.encode("Mine this answer, please")
@@ -479,8 +481,8 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
                                                                                  monkeypatch):
     import json
 
-    import lab.judge
-    import lab.quality as quality
+    import lab.judge.probe
+    import lab.judge.sweep as quality
     probe = Probe(0, torch.zeros(4), torch.ones(4), torch.zeros(4), 0.0)
     monkeypatch.setattr(quality, "load_judge", lambda target, path: (probe, 0.8))
     monkeypatch.setattr(quality, "load_draft", lambda target, n: "draft model")
@@ -489,7 +491,7 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     judges.mkdir()
     for name in ("judge", "judge-both"):
         (judges / f"{name}.json").write_text(f'{{"name": "{name}"}}')
-    monkeypatch.setattr(lab.judge, "JUDGE_DIR", judges)
+    monkeypatch.setattr(lab.judge.probe, "JUDGE_DIR", judges)
     decoded, fail_at = [], [3]
 
     def fake_answer_quality(model, tokenizer, tasks, make_drafter, rule, draft_len, max_new_tokens):

@@ -1,4 +1,4 @@
-"""Triton chain verification agrees bit for bit with the reference (lab/verify.py), given the
+"""Triton chain verification agrees bit for bit with the reference (lab/verify/lossless.py), given the
 same random inputs, over many random shapes and the edge cases. On a CPU it runs in Triton's
 interpreter (see conftest.py); on a GPU, compiled."""
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from lab.kernels import verify_chain_batched, verify_chain_greedy_batched
 from lab.sampling import RandomStream
-from lab.verify import verify_chain, verify_chain_greedy
+from lab.verify.lossless import verify_chain, verify_chain_greedy
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -1,11 +1,11 @@
 """Triton tree verification agrees bit for bit with lab.verify.verify_tree(_greedy)."""
 import pytest
 import torch
+from test_kernels_chain import transposed
 
 from lab.kernels import verify_tree_batched, verify_tree_greedy_batched
 from lab.sampling import RandomStream
-from lab.verify import verify_tree, verify_tree_greedy
-from test_kernels_chain import transposed
+from lab.verify.lossless import verify_tree, verify_tree_greedy
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -14,7 +14,7 @@ LAYERS = {
     "lab.models": 1, "lab.engine": 1, "lab.exact": 1, "lab.verify": 1, "lab.kernels": 1,
     "lab.data": 2, "lab.decode": 2,
     "lab.drafters": 3, "lab.eagle": 3, "lab.eagle3": 3, "lab.heads": 3, "lab.measure": 3, "lab.simulate": 3,
-    "lab.costmodel": 4, "lab.judge": 4, "lab.mining": 4, "lab.quality": 4, "lab.tasks": 4, "lab.sandbox": 4,
+    "lab.costmodel": 4, "lab.judge": 4,
     "lab.train": 5, "lab.bench": 5,
     "lab.viz": 6,
     "lab.results": 7, "lab.inventory": 7, "lab.figures": 7, "lab.exercises": 7, "lab.check": 7,

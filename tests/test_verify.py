@@ -7,7 +7,7 @@ from scipy.stats import chisquare
 
 from lab.sampling import Sampling, probabilities
 from lab.simulate import simulate_chain
-from lab.verify import race, verify_chain, verify_chain_greedy
+from lab.verify.lossless import race, verify_chain, verify_chain_greedy
 
 
 def onehot(i, v=5):
@@ -147,7 +147,7 @@ def test_argmax_rows_and_top2_gaps_follow_torch_with_ties():
     """numpy stands in for torch's argmax and top-2 on the CPU: the first maximum wins a tie,
     and the gaps are topk's, 0 for a tie."""
     from lab.decode import top2_gaps
-    from lab.verify import argmax_rows
+    from lab.verify.lossless import argmax_rows
     g = torch.Generator().manual_seed(0)
     x = torch.randn(5, 49152, generator=g)
     x[1, 7] = x[1, 3000] = x[1].max() + 1.0  # a tie: the first index wins

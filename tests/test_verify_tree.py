@@ -3,11 +3,11 @@ statistical losslessness, which a deliberately wrong variant (no renormalisation
 rejected sibling) must fail."""
 import pytest
 import torch
+from test_verify import chi2_pvalue
 
 from lab.sampling import Sampling, probabilities
 from lab.simulate import simulate_tree
-from lab.verify import TreeResult, children_of, race, verify_tree, verify_tree_greedy
-from test_verify import chi2_pvalue
+from lab.verify.lossless import TreeResult, children_of, race, verify_tree, verify_tree_greedy
 
 # root 0 -> children 1, 2, 3 (tokens 0, 1, 2); node 1 -> 4, 5 (tokens 3, 0); node 2 -> 6 (token 4)
 TOKENS = [9, 0, 1, 2, 3, 0, 4]

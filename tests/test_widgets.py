@@ -17,7 +17,7 @@ from lab.engine import Engine
 from lab.errors import LabError
 from lab.models import make_draft
 from lab.sampling import Sampling
-from lab.verify import children_of
+from lab.verify.lossless import children_of
 from lab.viz.cycles import CycleRecorder, node_details, node_states, visible_text
 from lab.viz.drawing import cycle_svg, foldable
 from lab.viz.inspector import DraftTreeInspector

@@ -11,9 +11,9 @@ import torch
 from ..decode import DecodeResult, decode, resolve_kernel
 from ..drafters import ModelDraft, NoDraft, TreeModelDraft
 from ..errors import LabError
-from ..judge import TopKRule
 from ..models import GGUF_NAME, engine_for, wheel_file
 from ..sampling import prompt_seed
+from ..verify.lossy import TopKRule
 from .setup import EAGLE3_METHODS, EAGLE_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, Setup
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
@@ -99,7 +99,7 @@ def _llamacpp(setup: Setup) -> Runner:
 def make_drafter(setup: Setup, method: str) -> tuple[object, int, object | None]:
     """(drafter, drafts per cycle, acceptance rule) of one of the methods that run in the lab's
     loop, from the components already loaded into `setup`; the rule is None for the lossless
-    methods and a lossy rule (lab/judge.py) for judge and topk. The bench, `python -m lab
+    methods and a lossy rule (lab/verify/lossy.py) for judge and topk. The bench, `python -m lab
     generate` and the inspector all build their drafters here."""
     if method == "ar":
         return NoDraft(), setup.draft_len, None

@@ -14,9 +14,9 @@ from ..artifacts import command_line, git_commit, machine, write_json
 from ..data import Prompt, chat_ids, humaneval_problems
 from ..decode import DecodeResult
 from ..errors import LabError
+from ..judge.sandbox import run_python
+from ..judge.tasks import humaneval_program
 from ..models import engine_kind
-from ..sandbox import run_python
-from ..tasks import humaneval_program
 from .methods import make_runner, method_settings
 from .setup import LOSSY_METHODS, PEERS, TIE_GAP, Setup
 

@@ -11,14 +11,15 @@ from ..costmodel import TreeChoice, given_tree, load_choice
 from ..drafters import EagleDraft, draft_vocabulary, static_shape
 from ..errors import LabError
 from ..heads import check_head, head_manifest, load_head, rank_accuracy_of
-from ..judge import JudgeRule, load_judge
+from ..judge.probe import load_judge
 from ..models import load_draft, load_target, load_tokenizer, make_draft, tiny_target
 from ..sampling import Sampling
+from ..verify.lossy import JudgeRule
 from .options import DecodeOptions, tree_triple
 
 METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "judge", "topk", "hf", "hf-assisted",
            "hf-pld", "llamacpp")
-LOSSY_METHODS = ("judge", "topk")  # the sd draft's chain with a lossy acceptance rule (lab/judge.py): not lossless
+LOSSY_METHODS = ("judge", "topk")  # the sd draft's chain, a lossy acceptance rule (lab/verify/lossy.py)
 EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
 EAGLE3_METHODS = ("eagle3", "eagle3-static")  # the EAGLE-3 head with EAGLE-2's dynamic tree, or a static one
 STATIC_METHODS = ("eagle1", "eagle3-static")  # EAGLE-1's static tree, shaped by the head's per-rank accuracy
@@ -45,7 +46,7 @@ class Setup:
     head3: torch.nn.Module | None = None       # eagle3: the EAGLE-3 head
     eagle3_tree: TreeChoice | None = None      # eagle3: its tree size (tuned for it, or given)
     rank_accuracy3: list[float] | None = None  # eagle3-static: the EAGLE-3 head's per-rank accuracy
-    judge: object | None = None                # judge: the JudgeRule (lab/judge.py), head and threshold
+    judge: object | None = None                # judge: the JudgeRule (lab/verify/lossy.py), head and threshold
     verify_top_k: int = 2                      # topk: accept drafts among the target's top K
 
     def tree_for(self, method: str) -> TreeChoice:

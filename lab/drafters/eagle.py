@@ -83,7 +83,7 @@ def draft_vocabulary(size: int) -> torch.Tensor:
 class EagleDraft:
     """Drafts a tree with an EAGLE head: `static` shape (EAGLE-1) or `dynamic` (EAGLE-2's rule,
     also EAGLE-3's), or a `chain` of the head's top-1 drafts up to `depth` deep (the lossy rules
-    of lab/judge.py verify chains only).
+    of lab/verify/lossy.py verify chains only).
 
     The head keeps its own KV cache of committed pairs (state_t, x_{t+1}), one per scored
     context position; the drafted tree's nodes are appended with an ancestor mask and cropped

@@ -6,7 +6,7 @@ import torch
 from ..models import engine_for
 from ..sampling import RandomStream, Sampling, probabilities
 from ..trees import DraftTree, dynamic_tree, top_children
-from ..verify import race
+from ..verify.lossless import race
 
 
 class NoDraft:

@@ -1,4 +1,4 @@
-"""Triton kernels for the verification step: the fast path for the rules in `lab/verify.py`.
+"""Triton kernels for the verification step: the fast path for the rules in `lab/verify/lossless.py`.
 
 They consume the same explicit random inputs as the reference and must agree with it bit for
 bit. This package imports nothing from transformers, so it runs on a GPU machine's own Python.

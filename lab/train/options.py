@@ -108,7 +108,7 @@ class Eagle3Options:
 class JudgeOptions:
     """`train judge`: planted-error labels, a probe per layer, the shipped judge head."""
     mined: int = opt(0, "also label the 2-layer draft's real mismatches on up to N checkable items (the templated "
-                     "tasks of lab.tasks' judge half first, then HumanEval; cached under .cache/judge-mined/ and "
+                     "tasks of lab.judge.tasks' judge half first, then HumanEval; cached under .cache/judge-mined/ and "
                      "resumed; 0: planted errors only)")
     mined_only: bool = opt(False, "train on the mined labels alone")
     mine_with: str = opt("draft", "whose mismatches --mined labels, comma-separated: draft (the 2-layer draft "

@@ -16,7 +16,7 @@ import torch
 from ..decode import Cycle
 from ..sampling import Sampling, probabilities
 from ..trees import DraftTree
-from ..verify import children_of
+from ..verify.lossless import children_of
 
 ORIGIN_LABELS = {"draft": "accepted draft", "corrected": "corrected by the target", "bonus": "bonus token",
                  "target": "target's own token"}
@@ -45,7 +45,7 @@ class CycleRecorder:
     The probabilities it shows are the ones verification used (`sampling`); at temperature 0,
     where verification only compares argmaxes, the target's softmax at temperature 1. A chain
     drafter's confidences come from its `confidences` (ModelDraft keeps them), else from q.
-    The verdicts it explains are the lossless rules of lab/verify.py, not a lossy `rule`."""
+    The verdicts it explains are the lossless rules of lab/verify/lossless.py, not a lossy `rule`."""
 
     def __init__(self, sampling: Sampling, drafter: object | None = None):
         self.sampling, self.drafter = sampling, drafter

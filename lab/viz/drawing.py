@@ -7,7 +7,7 @@ import html
 import math
 import os
 
-from ..verify import children_of
+from ..verify.lossless import children_of
 from .cycles import ORIGIN_LABELS, CycleRecord, node_details, node_states, token_text
 
 # (fill, stroke, text) per node kind; the generated text uses the same colours per origin

@@ -55,7 +55,7 @@ class DraftTreeInspector(widgets.VBox):
     no top-k (its static shape comes from the head's per-rank accuracy). `setup` supplies the
     models (lab.bench.Setup: target, tokenizer, draft, heads); without one the shipped models
     are loaded, each when a method first needs it. Decoding always uses the reference
-    verification (lab/verify.py), whose verdicts the inspector explains."""
+    verification (lab/verify/lossless.py), whose verdicts the inspector explains."""
 
     # the view's state within a cycle, changed by click() and reset by every new cycle
     expanded = traitlets.List(traitlets.Int(), help="nodes of the current cycle whose folded branch is open")

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from ..quality import DEFAULT_JUDGE, judge_runs
+from ..judge.sweep import DEFAULT_JUDGE, judge_runs
 
 
 def use_style() -> None:
@@ -80,11 +80,11 @@ QUALITY_AXES = {"tokens_per_forward": "new tokens per target forward",
 def plot_quality(runs: dict, heads: list[str], x: str = "tokens_per_forward", title: str = "",
                  path: str | Path | None = None):
     """Notebook 07's quality against speed: the share of answers checked correct against `x`, a
-    `lab.quality.Quality` measure named in QUALITY_AXES, for Top-K, each of `heads`' threshold
+    `lab.judge.sweep.Quality` measure named in QUALITY_AXES, for Top-K, each of `heads`' threshold
     sweeps, the EAGLE-1 chain (standard and with the shipped judge head) and, as single points,
     the target alone, standard SD and (against tokens per forward only: it makes no target
     forwards) the draft alone. `runs`: a sweep's runs of every judge head
-    (`lab.quality.recorded_qualities`)."""
+    (`lab.judge.sweep.recorded_qualities`)."""
 
     def points(names: list[str]) -> tuple[list[float], list[float]]:
         return [getattr(runs[n], x) for n in names], [runs[n].mean_accuracy for n in names]

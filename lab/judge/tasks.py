@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .data import HUMANEVAL_INSTRUCTION
-from .errors import LabError
+from ..data import HUMANEVAL_INSTRUCTION
+from ..errors import LabError
 from .sandbox import run_python
 
 CAPITALS = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Japan": "Tokyo",
@@ -140,7 +140,7 @@ def humaneval_program(problem: dict, answer: str) -> str:
 def question_and_check(item: Task | dict) -> tuple[str, str, Callable[[str], bool]]:
     """A checkable item's kind, the question the target is asked, and the check of an answer's
     text: a `Task`'s own check, or a HumanEval problem's tests run on the answer in the sandbox.
-    Shared by `answer_quality` and the mined judge labels (lab/mining.py), so that both call the
+    Shared by `answer_quality` and the mined judge labels (lab/judge/labels.py), so that both call the
     same answer correct."""
     if isinstance(item, dict):
         return "humaneval", HUMANEVAL_INSTRUCTION + item["prompt"], \

@@ -3,7 +3,7 @@ tokens it accepts per verification forward.
 
 `expert_drafts`: a known-good text (HumanEval's canonical solutions) as drafts; how many tokens
 standard verification and a lossy rule accept per cycle. `answer_quality`: decode checkable
-questions (lab/tasks.py) or HumanEval problems with a drafter and an acceptance rule, check every
+questions (lab/judge/tasks.py) or HumanEval problems with a drafter and an acceptance rule, check every
 answer (HumanEval's in the sandbox), and report accuracy beside tokens per forward.
 `quality_sweep` (`python -m lab quality`, notebook 07): every drafter and rule of notebook 07's
 quality-against-speed comparison on the evaluation questions, one JSON, resumable run by run.
@@ -15,17 +15,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .artifacts import command_line, git_commit, machine, read_results, resumable_runs, write_json
-from .data import chat_ids, humaneval_split
-from .decode import decode
-from .drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
-from .errors import LabError
-from .heads import head_path, load_head
-from .judge import JudgeRule, TopKRule, judge_path, load_judge
-from .mining import Checkable, greedy_answer, judged_tokens
-from .models import TARGET_NAME, draft_path, engine_for, load_draft
-from .paths import DATA_DIR, results_file
-from .sampling import Sampling
+from ..artifacts import command_line, git_commit, machine, read_results, resumable_runs, write_json
+from ..data import chat_ids, humaneval_split
+from ..decode import decode
+from ..drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
+from ..errors import LabError
+from ..heads import head_path, load_head
+from ..models import TARGET_NAME, draft_path, engine_for, load_draft
+from ..paths import DATA_DIR, results_file
+from ..sampling import Sampling
+from ..verify.lossy import JudgeRule, TopKRule
+from .labels import Checkable, greedy_answer, judged_tokens
+from .probe import judge_path, load_judge
 from .tasks import Task, make_tasks, question_and_check
 
 GREEDY = Sampling()
@@ -106,7 +107,7 @@ def answer_quality(target, tokenizer, items: list[Task] | list[dict], make_draft
 
 QUALITY_FILE = DATA_DIR / "results" / "judge_quality.json"
 QUALITY_HOW = "`python -m lab quality` (about an hour on 2 cores; rerun it to resume)"
-EVALUATION_SEED = 1   # which evaluation-half questions the sweep asks (lab.tasks.make_tasks)
+EVALUATION_SEED = 1   # which evaluation-half questions the sweep asks (lab.judge.tasks.make_tasks)
 SWEEP_DRAFT_LEN, SWEEP_MAX_NEW_TOKENS, EAGLE_CHAIN_DEPTH = 8, 24, 8
 DEFAULT_JUDGE = "judge"  # data/judge/judge.json, the shipped judge head
 

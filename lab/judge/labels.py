@@ -1,4 +1,6 @@
-"""Judge labels mined from real draft mismatches, in the spirit of AutoJudge (arXiv 2504.20039).
+"""Judge labels: errors planted in correct answers (`code_mutations`, `number_mutations`,
+`label_tokens`), and labels mined from real draft mismatches, in the spirit of AutoJudge
+(arXiv 2504.20039).
 
 Planted errors are an easy kind of wrong; the 2-layer draft's mistakes are fluent. So labels are
 also taken from the draft itself, on items whose answer a program checks: where the target's
@@ -28,27 +30,112 @@ written atomically, and a rerun resumes.
 """
 from __future__ import annotations
 
+import io
 import json
 import re
-from dataclasses import dataclass
+import tokenize
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from .artifacts import write_json
-from .data import chat_ids, humaneval_problems
-from .decode import decode
-from .drafters import ModelDraft, NoDraft
-from .eagle import EagleHead
-from .engine import Engine
-from .judge import Labelled
-from .models import engine_for
-from .paths import CACHE_DIR
-from .sampling import Sampling
+from ..artifacts import write_json
+from ..data import chat_ids, humaneval_problems
+from ..decode import decode
+from ..drafters import ModelDraft, NoDraft
+from ..eagle import EagleHead
+from ..engine import Engine
+from ..models import engine_for
+from ..paths import CACHE_DIR
+from ..sampling import Sampling
 from .tasks import JUDGE_TASKS_PER_KIND, make_tasks, question_and_check
 
 MINED_DIR = CACHE_DIR / "judge-mined"
+# ---- planted errors ------------------------------------------------------------------------
+
+FLIPS = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "!=", "!=": "=="}
+SWAPS = {"+": "-", "-": "+", "*": "+", "//": "%", "%": "//", "and": "or", "or": "and"}
+KEYWORDS = {"True", "False", "None", "return", "for", "in", "if", "else", "elif", "while", "def", "not", "and",
+            "or", "is", "lambda", "import", "from", "break", "continue", "pass", "with", "as", "yield", "try",
+            "except", "raise", "class", "global", "nonlocal", "assert", "del", "finally"}
+
+
+@dataclass
+class Mutation:
+    text: str      # the answer with one error planted
+    site: int      # character offset of the change in `text`
+    kind: str      # flipped comparison | off-by-one | wrong operator | wrong variable | wrong number
+
+
+def code_mutations(code: str) -> list[Mutation]:
+    """Every single-token error this module plants in Python code: a flipped comparison, an
+    integer off by one, a swapped operator, or a name replaced by another name the code uses."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+    lines = code.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    names = sorted({t.string for t in tokens if t.type == tokenize.NAME and t.string not in KEYWORDS
+                    and not t.string.startswith("__")})
+    out = []
+    for t in tokens:
+        begin, end = starts[t.start[0] - 1] + t.start[1], starts[t.end[0] - 1] + t.end[1]
+        if t.type == tokenize.OP and t.string in FLIPS:
+            options = [(FLIPS[t.string], "flipped comparison")]
+        elif (t.type == tokenize.OP or t.string in ("and", "or")) and t.string in SWAPS:
+            options = [(SWAPS[t.string], "wrong operator")]
+        elif t.type == tokenize.NUMBER and t.string.isdigit():
+            options = [(str(int(t.string) + 1), "off-by-one")]
+        elif t.type == tokenize.NAME and t.string in names:
+            others = [n for n in names if n != t.string]
+            options = [(others[begin % len(others)], "wrong variable")] if others else []
+        else:
+            options = []
+        out += [Mutation(code[:begin] + new + code[end:], begin, kind) for new, kind in options]
+    return out
+
+
+def number_mutations(text: str) -> list[Mutation]:
+    """A number in prose (a math answer, an intermediate result) changed by one."""
+    return [Mutation(text[: m.start()] + str(int(m.group()) + 1) + text[m.end():], m.start(), "wrong number")
+            for m in re.finditer(r"(?<![\w.])\d+(?![\w.])", text)]
+
+
+# ---- token labels ----------------------------------------------------------------------------
+
+@dataclass
+class Labelled:
+    """One labelled answer tokenised after its prompt: a planted error, or a mined draft token."""
+    problem: str            # split key: every answer of a problem goes to the same split, whatever its source
+    ids: list[int]          # prompt (chat template) + answer (mutated, or up to the mined draft token)
+    answer_start: int       # index in ids of the answer's first token
+    labels: list[int]       # per answer token: 1 correct, 0 wrong, -1 ignored
+    kind: str = ""
+    site_token: int = field(default=-1)  # index (in ids) of the planted error or the mined draft token
+    source: str = ""        # where the label came from, for the manifest's per-source counts and AUCs
+
+
+def label_tokens(tokenizer, prompt_ids: list[int], original: str, mutation: Mutation, problem: str,
+                 source: str = "") -> Labelled | None:
+    """Tokens of the mutated answer before the first token that differs from the original's
+    tokens are correct; that token is the error; the rest is ignored. None if tokenisation hides
+    the change (no differing token)."""
+    a = tokenizer.encode(original, add_special_tokens=False)
+    b = tokenizer.encode(mutation.text, add_special_tokens=False)
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if first is None:
+        return None
+    labels = [1] * first + [0] + [-1] * (len(b) - first - 1)
+    start = len(prompt_ids)
+    return Labelled(problem, prompt_ids + b, start, labels, mutation.kind, start + first, source)
+
+
+# ---- mined labels ----------------------------------------------------------------------------
+
 GREEDY = Sampling()
 # answer lengths as the quality checks use them: notebook 07's questions, `make run E=bench-judge`'s HumanEval
 MAX_NEW_TOKENS = {"tasks": 24, "humaneval": 192}

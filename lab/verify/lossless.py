@@ -55,19 +55,6 @@ def verify_chain_greedy(draft: list[int], target_argmax: list[int]) -> ChainResu
     return ChainResult(n, list(draft[:n]) + [int(target_argmax[n])])
 
 
-def verify_chain_lossy(draft: list[int], target_argmax: list[int], also_accepted: list[bool]) -> ChainResult:
-    """Temperature 0 with a second, lossy way in (Judge Decoding's judge, or Top-K): a draft is
-    accepted if it equals the target's argmax OR `also_accepted` says so; at the first draft
-    both reject, the target's own token is emitted. The output is no longer the target's."""
-    if len(target_argmax) != len(draft) + 1 or len(also_accepted) != len(draft):
-        raise ValueError(f"need K+1 = {len(draft) + 1} target tokens and K verdicts, got "
-                         f"{len(target_argmax)} and {len(also_accepted)}")
-    n = 0
-    while n < len(draft) and (draft[n] == target_argmax[n] or also_accepted[n]):
-        n += 1
-    return ChainResult(n, list(draft[:n]) + [int(target_argmax[n])])
-
-
 def verify_chain(draft: list[int], q: torch.Tensor | None, p: torch.Tensor,
                  uniforms: torch.Tensor, noise: torch.Tensor) -> ChainResult:
     """Stochastic chain verification (Leviathan et al.; Chen et al.).
