@@ -34,7 +34,7 @@ peers: setup
 DEMO_ARGS := --methods ar,hf-pld,eagle2 --dataset mt_bench --limit 4 --max-new-tokens 64 \
 	--json demo/demo.json --figure demo/demo_speed.png
 demo: setup
-	@why=$$($(PY) -c "from lab.exact import bf16_support; print(bf16_support() or '')"); \
+	@why=$$($(PY) -c "from lab.target.exact import bf16_support; print(bf16_support() or '')"); \
 	if [ -z "$$why" ]; then set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype bfloat16 --eagle-head eagle1-gpu; \
 	else echo "[demo] $$why: running the float32 reference path instead (EAGLE at or below AR's speed there)"; \
 		set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype float32; fi

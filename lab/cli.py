@@ -106,7 +106,7 @@ def _generate(args: argparse.Namespace) -> None:
     from .bench import load_setup, make_drafter
     from .data import chat_ids
     from .decode import decode
-    from .models import engine_for
+    from .target.load import engine_for
     o = from_args(GenerateOptions, args)
     setup = load_setup(o, [o.method])
     drafter, draft_len, rule = make_drafter(setup, o.method)
@@ -151,7 +151,7 @@ def _train(args: argparse.Namespace) -> None:
 
 def _evaluate(args: argparse.Namespace) -> None:
     from .heads import head_names, head_path
-    from .models import load_target
+    from .target.load import load_target
     from .train.evaluate import EVALUATOR_VERSION, evaluate_saved_head
     o = from_args(EvaluateOptions, args)
     names = head_names() if o.name == ["all"] else (o.name or ["eagle1"])
@@ -182,7 +182,7 @@ def _tune(args: argparse.Namespace) -> None:
     from .artifacts import repo_path
     from .costmodel import choice_path, choice_row, tune
     from .heads import check_head, load_head
-    from .models import load_target, load_tokenizer
+    from .target.load import load_target, load_tokenizer
     o = from_args(TuneOptions, args)
     name = o.name or shipped_head(o.head)
     check_head(name, o.head, "--name")
@@ -204,7 +204,7 @@ def _tune(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> None:
     from .eagle3 import export_head
     from .heads import load_head
-    from .models import load_target
+    from .target.load import load_target
     o = from_args(ExportOptions, args)
     out = export_head(load_head(load_target(), o.name), Path(o.out))
     print(f"{o.name} written to {out} (config.json, model.safetensors) in the EAGLE-3 layout vLLM and SGLang load")
@@ -220,8 +220,8 @@ def _endtoend(args: argparse.Namespace) -> None:
 
 def _quality(args: argparse.Namespace) -> None:
     from .judge.sweep import format_quality, quality_sweep
-    from .models import load_target, load_tokenizer
     from .paths import fast_mode
+    from .target.load import load_target, load_tokenizer
     o = from_args(QualityOptions, args)
     tasks, runs = quality_sweep(load_target(), load_tokenizer(), o.per_kind, fast_mode(), o.json and Path(o.json),
                                 o.judge)

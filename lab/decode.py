@@ -15,9 +15,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .engine import Engine
 from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
+from .target.engine import Engine
 from .timing import Seconds
 from .trees import DraftTree
 from .verify.lossless import (

@@ -17,14 +17,13 @@ the accepted nodes, so their true features replace the head's guesses before the
 """
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from .errors import LabError
-from .exact import fast_linear
-from .models import TARGET_NAME, engine_for
+from .target.exact import fast_linear
+from .target.load import TARGET_NAME, engine_for
 
 VARIANTS = {"eagle1": ("feature", "token"), "no-token": ("feature",), "token-only": ("token",)}
 

@@ -28,8 +28,8 @@ from torch import nn
 
 from .artifacts import atomic_write
 from .errors import LabError
-from .exact import fast_linear
-from .models import TARGET_NAME
+from .target.exact import fast_linear
+from .target.load import TARGET_NAME
 
 
 def feature_layers(num_layers: int) -> tuple[int, int, int]:

@@ -21,9 +21,9 @@ from .data.regenerated import regen_files
 from .heads import head_path
 from .judge.probe import judge_path
 from .judge.sweep import QUALITY_FILE
-from .models import draft_path
 from .paths import DATA_DIR, KERNEL_BENCH_DIR, ROOT
 from .results import bench_files
+from .target.load import draft_path
 from .train.time_steps import STEPS_PATH
 
 NB02 = "notebooks/02_rejection_sampling.ipynb"

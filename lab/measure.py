@@ -8,9 +8,9 @@ from typing import Callable
 
 import torch
 
-from .exact import ExactEngine, step_seconds
-from .models import engine_for
 from .sampling import probabilities
+from .target.exact import ExactEngine, step_seconds
+from .target.load import engine_for
 from .theory import acceptance_rate
 from .timing import fastest
 
@@ -138,7 +138,7 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
 
 def exact_step_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, repeats: int = 5,
                        seed: int = 0) -> dict[int, dict[str, float]]:
-    """Where one forward of the exact bfloat16 engine (lab/exact.py) over k new positions after
+    """Where one forward of the exact bfloat16 engine (lab/target/exact.py) over k new positions after
     `prefix` cached tokens spends its time, as tree verification calls it (an explicit mask):
     seconds per step ("products", "tree_attention", "add_norm", "rope_into_cache", "swiglu",
     and "other": Python and torch's small operations) and "total", from the fastest of `repeats`

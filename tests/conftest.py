@@ -15,25 +15,25 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from lab.models import load_tokenizer
+    from lab.target.load import load_tokenizer
     return load_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    from lab.models import tiny_target
+    from lab.target.load import tiny_target
     return tiny_target(0)
 
 
 @pytest.fixture(scope="session")
 def target():
-    from lab.models import load_target
+    from lab.target.load import load_target
     return load_target()
 
 
 @pytest.fixture(scope="session")
 def target_bf16():
-    from lab.models import load_target
+    from lab.target.load import load_target
     return load_target("bfloat16")
 
 
@@ -55,8 +55,8 @@ def real_ar(target, tokenizer):
     from lab.data import chat_ids, mt_bench
     from lab.decode import decode
     from lab.drafters import NoDraft
-    from lab.engine import Engine
     from lab.sampling import Sampling
+    from lab.target.engine import Engine
     engine, decoded = Engine(target), {}
 
     def ar(n: int, new_tokens: int) -> list[tuple[list[int], list[int]]]:

@@ -31,7 +31,7 @@ def test_bench_sampling_rows_are_not_compared(tmp_path):
     out = tmp_path / "b.json"
     r = lab("bench", "--target", "tiny", "--methods", "ar,sd", "--limit", "1", "--max-new-tokens", "6",
             "--temperature", "0.8", "--top-p", "0.9", "--dtype", "bfloat16", "--json", str(out))
-    from lab.exact import bf16_support
+    from lab.target.exact import bf16_support
     if bf16_support() is not None:  # this CPU cannot run the exact engine: one line naming the fallback
         assert r.returncode == 2 and "--dtype float32" in r.stderr
         return

@@ -8,7 +8,7 @@ import torch
 
 from lab.data import humaneval, load_prompts, mt_bench, prompts_file, sharegpt_conversations
 from lab.errors import LabError
-from lab.models import wheel_file
+from lab.target.load import wheel_file
 
 
 def test_sharegpt_truncated_file_yields_whole_conversations():
@@ -74,8 +74,8 @@ def test_unique_heldout_leaves_out_prompts_sharegpt_repeats():
 
 def test_sharegpt_replies_are_new_prompts_with_their_own_replies(monkeypatch, tmp_path):
     import lab.data.regenerated as regen_module
-    from lab.models import load_tokenizer
     from lab.data import MAX_NEW_TOKENS, load_regen, sharegpt_replies
+    from lab.target.load import load_tokenizer
     monkeypatch.setattr(regen_module, "CACHE_DIR", tmp_path)  # built here, not read from a cache
     regen = load_regen()
     used = {tuple(ids[:p]) for split in ("train", "heldout") for ids, p in regen.sequences(split)}

@@ -5,9 +5,9 @@ import pytest
 from lab.data import chat_ids, mt_bench, sharegpt_first_turns
 from lab.decode import decode
 from lab.drafters import ModelDraft, NoDraft, ReferenceDraft
-from lab.engine import Engine
-from lab.models import load_draft, make_draft
 from lab.sampling import Sampling
+from lab.target.engine import Engine
+from lab.target.load import load_draft, make_draft
 
 GREEDY = Sampling()
 

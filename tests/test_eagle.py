@@ -12,11 +12,11 @@ from lab.data import RegenSet, chat_ids, load_regen, mt_bench
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft, static_shape
 from lab.eagle import EagleHead
-from lab.engine import Engine
 from lab.errors import LabError
-from lab.exact import bf16_support
 from lab.heads import load_head, save_head
 from lab.sampling import Sampling
+from lab.target.engine import Engine
+from lab.target.exact import bf16_support
 from lab.train.eagle import _batch, head_loss, train_head
 from lab.train.evaluate import unroll_mask, unrolled_predictions
 from lab.train.options import Eagle1Options
@@ -329,7 +329,7 @@ def test_walked_tau_is_decodes_tau_on_the_exact_engine(target_bf16, tokenizer):
     """On the batch-invariant engine the tuner's walk along AR's continuations reproduces
     decode's tau for dynamic and static trees to the bit."""
     from lab.costmodel import greedy_continuations, walk_tau
-    from lab.models import engine_for
+    from lab.target.load import engine_for
     head = load_head(target_bf16, "eagle1")
     questions = mt_bench()[10:13]
     seqs = greedy_continuations(target_bf16, tokenizer, questions, 48, head.feature_layers)

@@ -12,22 +12,22 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_eagle import prompts, small_set
+from test_verify import chi2_pvalue
+from test_verify_tree import no_renormalisation
 
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft
 from lab.eagle3 import Eagle3Head, export_head, feature_layers, import_head
-from lab.heads import load_head
-from lab.engine import Engine
 from lab.errors import LabError
+from lab.heads import load_head
 from lab.paths import EAGLE3_SHIPPED
 from lab.sampling import RandomStream, Sampling
 from lab.simulate import simulate_tree
-from lab.train.eagle3 import make_batch, train_eagle3, ttt_loss, ttt_attention_mask
+from lab.target.engine import Engine
+from lab.train.eagle3 import make_batch, train_eagle3, ttt_attention_mask, ttt_loss
 from lab.train.options import Eagle3Options
 from lab.viz.cycles import CycleRecorder
-from test_eagle import prompts, small_set
-from test_verify import chi2_pvalue
-from test_verify_tree import no_renormalisation
 
 GREEDY = Sampling()
 

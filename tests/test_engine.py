@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from lab.engine import Engine
+from lab.target.engine import Engine
 
 PROMPT = [1, 4093, 198, 1780, 314, 216, 34, 27, 34, 47, 2, 198, 1, 520, 9531, 198]
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from lab.eagle3 import Eagle3Head
-from lab.train.eagle import MAX_LEN
-from lab.heads import HEAD_DIR
-from lab.train.evaluate import EVALUATOR_VERSION, MIN_CHAINS, DepthTally, evaluate, heldout_indices, wilson
 from lab.data import RegenSet, load_regen
+from lab.eagle3 import Eagle3Head
+from lab.heads import HEAD_DIR
+from lab.train.eagle import MAX_LEN
+from lab.train.evaluate import EVALUATOR_VERSION, MIN_CHAINS, DepthTally, evaluate, heldout_indices, wilson
 
 
 class OracleHead(Eagle3Head):
@@ -126,8 +126,8 @@ def test_eagle1_and_eagle3_heads_are_scored_on_the_same_positions():
 def test_eagle3_full_on_the_old_prompt_set_matches_the_independent_rescoring():
     """On all first 64 held-out prompts (version 1's set), eagle3-full's depth-1 top-1 is the
     0.463 an independent re-scoring found (version 1 reported 0.420)."""
-    from lab.models import load_target
     from lab.heads import load_head
+    from lab.target.load import load_target
     from lab.train.evaluate import evaluation_layers
     from lab.train.features import target_features
     target = load_target()

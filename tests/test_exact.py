@@ -1,4 +1,4 @@
-"""The exact bfloat16 engine (lab/exact.py): every scored position's logits and hidden states
+"""The exact bfloat16 engine (lab/target/exact.py): every scored position's logits and hidden states
 are bit-for-bit what scoring the same positions one at a time gives, for chains and random
 trees after random cache lengths; and transformers' own bfloat16 path fails the same check,
 so the check can fail."""
@@ -10,11 +10,11 @@ import torch
 
 from lab.decode import decode
 from lab.drafters import NoDraft, TreeModelDraft
-from lab.engine import Engine
 from lab.errors import LabError
-from lab.exact import ExactEngine, bf16_support
-from lab.models import engine_for, make_draft, tiny_target
 from lab.sampling import Sampling
+from lab.target.engine import Engine
+from lab.target.exact import ExactEngine, bf16_support
+from lab.target.load import engine_for, make_draft, tiny_target
 from lab.trees import DraftTree
 from lab.verify.lossless import children_of
 
@@ -101,7 +101,7 @@ def test_the_exact_engine_computes_the_same_model_as_transformers(target_bf16, t
     from transformers import LlamaForCausalLM
 
     from lab.data import chat_ids, mt_bench
-    from lab.exact import PackedLlama
+    from lab.target.exact import PackedLlama
     ids = chat_ids(tokenizer, mt_bench()[0].text)
     float32 = LlamaForCausalLM(target_bf16.config).float().eval()
     float32.load_state_dict({k: v.float() for k, v in target_bf16.state_dict().items()})
@@ -163,7 +163,8 @@ def test_tree_decoding_in_bfloat16_equals_ar(tokenizer):
 def test_step_seconds_times_every_step_and_leaves_the_forward_as_it_was():
     """`exact_step_latency` splits a forward into its steps (they add up to at most its total),
     and the timed forward computes the same bits as the untimed one, which comes back after."""
-    import lab.exact
+    import lab.target.exact
+
     from lab.measure import exact_step_latency
     model = tiny_target(4).to(torch.bfloat16)
     split = exact_step_latency(model, [1, 6], prefix=20, repeats=2)
@@ -174,15 +175,15 @@ def test_step_seconds_times_every_step_and_leaves_the_forward_as_it_was():
     engine, tokens = engine_for(model), list(range(100, 130))
     untimed = engine.forward(tokens).logits
     engine.reset()
-    with lab.exact.step_seconds() as seconds:
+    with lab.target.exact.step_seconds() as seconds:
         timed = engine.forward(tokens).logits
     assert torch.equal(timed, untimed) and seconds["products"] > 0
-    assert lab.exact.ops() is not None and not isinstance(lab.exact.ops(), lab.exact._TimedOps)
-    assert lab.exact.packed_linear.__name__ == "packed_linear"
+    assert lab.target.exact.ops() is not None and not isinstance(lab.target.exact.ops(), lab.target.exact._TimedOps)
+    assert lab.target.exact.packed_linear.__name__ == "packed_linear"
 
 
 def test_a_cpu_without_bfloat16_units_gets_one_line(monkeypatch):
-    import lab.exact
+    import lab.target.exact
     monkeypatch.setattr(lab.exact, "bf16_support", lambda: "this CPU has no bfloat16 matrix instructions")
     with pytest.raises(LabError, match="--dtype float32"):
         ExactEngine(tiny_target(3).to(torch.bfloat16))

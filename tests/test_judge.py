@@ -6,13 +6,13 @@ import torch
 from lab.data import humaneval_problems, humaneval_split
 from lab.decode import decode
 from lab.drafters import NoDraft, ReferenceDraft
-from lab.engine import Engine
 from lab.errors import LabError
 from lab.judge.labels import code_mutations, label_tokens, number_mutations
 from lab.judge.probe import load_judge
 from lab.judge.sandbox import check_humaneval, run_python
 from lab.judge.tasks import JUDGE_TASKS_PER_KIND, KINDS, make_tasks
 from lab.sampling import Sampling
+from lab.target.engine import Engine
 from lab.verify.lossless import verify_chain_greedy
 from lab.verify.lossy import JudgeRule, Probe, TopKRule, verify_chain_lossy
 
@@ -184,7 +184,7 @@ def test_a_humaneval_split_keeps_the_program_whole(tokenizer):
 @pytest.fixture(scope="module")
 def other():
     """A second random model as the draft: it disagrees with the tiny target almost everywhere."""
-    from lab.models import tiny_target
+    from lab.target.load import tiny_target
     return tiny_target(1)
 
 
@@ -351,7 +351,7 @@ def test_the_judge_bar_reads_tokens_per_forward_and_what_an_answer_costs():
 
 def test_lost_questions_are_those_the_target_gets_right_and_a_run_gets_wrong(tiny, tokenizer):
     from lab.judge.sweep import Quality, judge_only_tokens, lost_questions
-    from lab.models import tiny_target
+    from lab.target.load import tiny_target
     tasks = make_tasks(per_kind=2, seed=1, split="evaluation")
     kinds = sorted({t.kind for t in tasks})
     target = Quality({k: [True, False] for k in kinds}, 0, 0, 0.0)

@@ -11,7 +11,7 @@ LAYERS = {
     "lab": 7, "lab.__main__": 7, "lab.cli": 7,
     "lab.paths": 0, "lab.errors": 0, "lab.options": 0, "lab.artifacts": 0,
     "lab.sampling": 0, "lab.theory": 0, "lab.trees": 0, "lab.timing": 0,
-    "lab.models": 1, "lab.engine": 1, "lab.exact": 1, "lab.verify": 1, "lab.kernels": 1,
+    "lab.target": 1, "lab.verify": 1, "lab.kernels": 1,
     "lab.data": 2, "lab.decode": 2,
     "lab.drafters": 3, "lab.eagle": 3, "lab.eagle3": 3, "lab.heads": 3, "lab.measure": 3, "lab.simulate": 3,
     "lab.costmodel": 4, "lab.judge": 4,

@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from lab.models import draft_path, load_draft, make_draft, tiny_target
+from lab.target.load import draft_path, load_draft, make_draft, tiny_target
 
 
 def test_tiny_target_is_deterministic():
@@ -31,7 +31,8 @@ def test_shipped_drafts_load_and_have_manifests(target, layers):
 
 
 def test_wrong_shape_draft_is_a_clear_error(target, tmp_path, monkeypatch):
-    import lab.models as models
+    import lab.target.load as models
+
     from lab.errors import LabError
     shutil.copy(draft_path(1), tmp_path / "draft_2l.safetensors")  # a 1-layer draft under a 2-layer name
     monkeypatch.setattr(models, "DRAFT_DIR", tmp_path)
@@ -41,7 +42,8 @@ def test_wrong_shape_draft_is_a_clear_error(target, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_corrupt_cache_warns_once_and_is_rebuilt(tmp_path, monkeypatch, capsys):
-    import lab.models as models
+    import lab.target.load as models
+
     from lab.paths import CACHE_DIR
     shutil.copytree(CACHE_DIR / "target", tmp_path / "target")
     monkeypatch.setattr(models, "CACHE_DIR", tmp_path)

@@ -5,10 +5,10 @@ import json
 import numpy as np
 import torch
 
-from lab.models import make_draft, tiny_target
+from lab.data import RegenSet
+from lab.target.load import make_draft, tiny_target
 from lab.train.distill import _batch, _loss, train_draft
 from lab.train.options import DraftOptions
-from lab.data import RegenSet
 
 
 def tiny_regen(n=12, length=40, seed=0):

@@ -1,14 +1,14 @@
 """Draft trees: EAGLE-2 construction invariants, masks, and tree decoding equal to AR."""
 import pytest
 import torch
+from test_decode import prompts
 
 from lab.decode import decode
 from lab.drafters import NoDraft, TreeModelDraft
-from lab.engine import Engine
-from lab.models import make_draft
 from lab.sampling import Sampling
+from lab.target.engine import Engine
+from lab.target.load import make_draft
 from lab.trees import DraftTree, dynamic_tree, top_children
-from test_decode import prompts
 
 
 def random_expand(vocab=50, seed=0):
@@ -57,7 +57,7 @@ def test_tree_speculative_decoding_equals_ar(tiny, tokenizer):
 
 @pytest.mark.slow
 def test_tree_speculative_decoding_equals_ar_real(target, tokenizer, real_ar):
-    from lab.models import load_draft
+    from lab.target.load import load_draft
     engine = Engine(target)
     drafter = TreeModelDraft(load_draft(target, 1), depth=4, top_k=3, total_tokens=12)
     for prompt, ar in real_ar(5, 32):

@@ -13,10 +13,10 @@ from lab.decode import decode
 from lab.drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
 from lab.eagle import EagleHead
 from lab.eagle3 import Eagle3Head
-from lab.engine import Engine
 from lab.errors import LabError
-from lab.models import make_draft
 from lab.sampling import Sampling
+from lab.target.engine import Engine
+from lab.target.load import make_draft
 from lab.verify.lossless import children_of
 from lab.viz.cycles import CycleRecorder, node_details, node_states, visible_text
 from lab.viz.drawing import cycle_svg, foldable

@@ -11,8 +11,8 @@ import torch
 from ..decode import DecodeResult, decode, resolve_kernel
 from ..drafters import ModelDraft, NoDraft, TreeModelDraft
 from ..errors import LabError
-from ..models import GGUF_NAME, engine_for, wheel_file
 from ..sampling import prompt_seed
+from ..target.load import GGUF_NAME, engine_for, wheel_file
 from ..verify.lossy import TopKRule
 from .setup import EAGLE3_METHODS, EAGLE_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, Setup
 

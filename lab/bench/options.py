@@ -55,8 +55,9 @@ class DecodeOptions:
                                 "where it has them, for multi-token forwards)", choices=["float32", "bfloat16"])
     target: str = opt("smollm2", "`tiny` is a random 2-layer Llama for smoke tests (its draft is untrained)",
                       choices=["smollm2", "tiny"])
-    engine: str = opt("auto", "the target forward: auto (bfloat16 on the CPU runs the exact engine, lab/exact.py) "
-                              "or transformers (also in bfloat16: not batch-invariant, for comparison)",
+    engine: str = opt("auto", "the target forward: auto (bfloat16 on the CPU runs the exact engine, "
+                              "lab/target/exact.py) or transformers (also in bfloat16: not batch-invariant, for "
+                              "comparison)",
                       choices=["auto", "transformers"])
 
 

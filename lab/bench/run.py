@@ -16,7 +16,7 @@ from ..decode import DecodeResult
 from ..errors import LabError
 from ..judge.sandbox import run_python
 from ..judge.tasks import humaneval_program
-from ..models import engine_kind
+from ..target.load import engine_kind
 from .methods import make_runner, method_settings
 from .setup import LOSSY_METHODS, PEERS, TIE_GAP, Setup
 

@@ -12,8 +12,8 @@ from ..drafters import EagleDraft, draft_vocabulary, static_shape
 from ..errors import LabError
 from ..heads import check_head, head_manifest, load_head, rank_accuracy_of
 from ..judge.probe import load_judge
-from ..models import load_draft, load_target, load_tokenizer, make_draft, tiny_target
 from ..sampling import Sampling
+from ..target.load import load_draft, load_target, load_tokenizer, make_draft, tiny_target
 from ..verify.lossy import JudgeRule
 from .options import DecodeOptions, tree_triple
 
@@ -99,7 +99,7 @@ def load_setup(options: DecodeOptions, methods: list[str]) -> Setup:
         raise LabError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --draft-len >= 0")
     if o.judge_threshold is not None and "judge" not in methods:
         raise LabError("--judge-threshold sets the judge method's threshold: add judge to the methods, or drop it")
-    os.environ["LAB_ENGINE"] = o.engine  # read by lab.models.engine_for, wherever a forward is made
+    os.environ["LAB_ENGINE"] = o.engine  # read by lab.target.load.engine_for, wherever a forward is made
     need_draft = any(m in NEEDS_DRAFT for m in methods)
     device = o.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if o.target == "tiny":

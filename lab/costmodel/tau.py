@@ -18,8 +18,8 @@ from ..decode import decode
 from ..drafters import EagleDraft, NoDraft, static_shape
 from ..eagle import EagleHead
 from ..eagle3 import Eagle3Head
-from ..models import engine_for
 from ..sampling import RandomStream, Sampling
+from ..target.load import engine_for
 from ..trees import rerank
 
 GREEDY = Sampling(0.0, 0, 1.0)

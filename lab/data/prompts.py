@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import LabError
-from ..models import wheel_file
+from ..target.load import wheel_file
 
 SHAREGPT_FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
 MT_BENCH_FILE = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"

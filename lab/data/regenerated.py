@@ -19,8 +19,8 @@ import numpy as np
 
 from ..artifacts import atomic_write
 from ..errors import LabError
-from ..models import load_tokenizer
 from ..paths import CACHE_DIR, DATA_DIR
+from ..target.load import load_tokenizer
 from .prompts import Prompt, chat_ids, humaneval, mt_bench, sharegpt_conversations, sharegpt_first_turns
 
 HELDOUT_PROMPTS = 64

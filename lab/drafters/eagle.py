@@ -18,8 +18,8 @@ import torch
 
 from ..data import load_regen
 from ..errors import LabError
-from ..exact import fast_linear
 from ..sampling import RandomStream, Sampling
+from ..target.exact import fast_linear
 from ..trees import DraftTree, Expand, dynamic_tree, top_children
 from .model import frontier_mask
 

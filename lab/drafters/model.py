@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from ..models import engine_for
 from ..sampling import RandomStream, Sampling, probabilities
+from ..target.load import engine_for
 from ..trees import DraftTree, dynamic_tree, top_children
 from ..verify.lossless import race
 

@@ -45,10 +45,10 @@ from ..data import chat_ids, humaneval_problems
 from ..decode import decode
 from ..drafters import ModelDraft, NoDraft
 from ..eagle import EagleHead
-from ..engine import Engine
-from ..models import engine_for
 from ..paths import CACHE_DIR
 from ..sampling import Sampling
+from ..target.engine import Engine
+from ..target.load import engine_for
 from .tasks import JUDGE_TASKS_PER_KIND, make_tasks, question_and_check
 
 MINED_DIR = CACHE_DIR / "judge-mined"

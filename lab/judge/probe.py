@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from ..artifacts import repo_path, write_json
-from ..engine import Engine
 from ..errors import LabError
-from ..models import TARGET_NAME
 from ..paths import DATA_DIR
+from ..target.engine import Engine
+from ..target.load import TARGET_NAME
 from ..verify.lossy import LOGIT_FEATURES, Probe, logit_features
 from .labels import Labelled
 

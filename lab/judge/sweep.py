@@ -21,9 +21,9 @@ from ..decode import decode
 from ..drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
 from ..errors import LabError
 from ..heads import head_path, load_head
-from ..models import TARGET_NAME, draft_path, engine_for, load_draft
 from ..paths import DATA_DIR, results_file
 from ..sampling import Sampling
+from ..target.load import TARGET_NAME, draft_path, engine_for, load_draft
 from ..verify.lossy import JudgeRule, TopKRule
 from .labels import Checkable, greedy_answer, judged_tokens
 from .probe import judge_path, load_judge

@@ -18,9 +18,9 @@ from safetensors.torch import save_file
 from ..artifacts import atomic_write, git_commit, write_json
 from ..data import REGEN_DIR, load_regen
 from ..errors import LabError
-from ..models import draft_own_state, draft_path, load_target, make_draft
 from ..options import recorded
 from ..paths import CACHE_DIR
+from ..target.load import draft_own_state, draft_path, load_target, make_draft
 from .batches import batches
 from .checkpoint import Checkpoint
 from .loop import Recipe, fit, provenance, seeded

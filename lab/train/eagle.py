@@ -25,9 +25,9 @@ from ..artifacts import git_commit, repo_path, write_json
 from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, regen_files, sharegpt_replies, training_items
 from ..eagle import EagleHead
 from ..heads import head_path, load_head, save_head
-from ..models import load_target
 from ..options import recorded
 from ..paths import CACHE_DIR
+from ..target.load import load_target
 from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .evaluate import heldout_evaluation

@@ -35,9 +35,9 @@ from ..artifacts import git_commit, repo_path, write_json
 from ..data import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
 from ..eagle3 import Eagle3Head, feature_layers
 from ..heads import head_path, load_head, save_head
-from ..models import load_target
 from ..options import recorded
 from ..paths import CACHE_DIR
+from ..target.load import load_target
 from .batches import batches, budget_key
 from .checkpoint import Checkpoint
 from .eagle import MAX_LEN

@@ -32,13 +32,13 @@ import torch
 import torch.nn.functional as F
 
 from ..artifacts import command_line, git_commit, machine, read_results, repo_path, write_json
+from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, unique_heldout
 from ..eagle import EagleHead
 from ..eagle3 import Eagle3Head, feature_layers
-from ..heads import load_head
 from ..errors import LabError
-from ..models import load_target
+from ..heads import load_head
+from ..target.load import load_target
 from .features import FeatureSet, target_features
-from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, unique_heldout
 
 EVALUATOR_VERSION = 2
 EVAL_DEPTHS = 6

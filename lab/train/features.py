@@ -22,8 +22,8 @@ from tqdm import tqdm
 from ..artifacts import atomic_write, repo_path, write_json
 from ..data import RegenSet
 from ..errors import LabError
-from ..models import load_target
 from ..paths import CACHE_DIR
+from ..target.load import load_target
 
 CHUNK = 64             # sequences per feature-cache file
 

@@ -50,8 +50,8 @@ from ..judge.probe import (
 from ..judge.sandbox import check_humaneval
 from ..judge.sweep import SWEEP_DRAFT_LEN, file_sha
 from ..judge.tasks import JUDGE_TASKS_PER_KIND, make_tasks
-from ..models import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
 from ..options import recorded
+from ..target.load import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
 from ..verify.lossy import JudgeRule
 from .options import JudgeOptions
 

@@ -23,9 +23,8 @@ import torch
 from tqdm import tqdm
 
 from ..artifacts import atomic_write, command_line, git_commit, machine, repo_path, write_json
-from ..data.regenerated import (HELDOUT_PROMPTS, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, ordered_prompts,
-                               regen_files)
-from ..models import load_target, load_tokenizer
+from ..data.regenerated import HELDOUT_PROMPTS, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, ordered_prompts, regen_files
+from ..target.load import load_target, load_tokenizer
 
 SHARD_PROMPTS = 64
 

@@ -33,11 +33,11 @@ def measure(batches: int = 6, batch: int = 8, seed: int = 0) -> dict:
     import torch
 
     import lab
+    from lab.data import load_regen, training_items
     from lab.eagle3 import Eagle3Head
-    from lab.models import load_target
+    from lab.target.load import load_target
     from lab.train import eagle3
     from lab.train.features import target_features
-    from lab.data import load_regen, training_items
 
     torch.manual_seed(seed)
     target = load_target()

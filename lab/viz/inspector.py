@@ -28,9 +28,9 @@ from ..data import chat_ids
 from ..decode import DecodeResult, decode
 from ..errors import LabError
 from ..heads import head_manifest, load_head, rank_accuracy_of
-from ..models import engine_for, load_draft, load_target, load_tokenizer
 from ..paths import EAGLE3_SHIPPED, shipped_head
 from ..sampling import Sampling
+from ..target.load import engine_for, load_draft, load_target, load_tokenizer
 from .cycles import CycleRecord, CycleRecorder, cycle_summary, node_details
 from .drawing import cycle_svg, foldable, generated_html
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from ..errors import LabError
+from ..paths import CACHE_DIR, DATA_DIR
 from .engine import Engine
-from .errors import LabError
 from .exact import ExactEngine
-from .paths import CACHE_DIR
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "SmolLM2-135M-Instruct"
@@ -100,7 +100,7 @@ def tiny_target(seed: int = 0, vocab_size: int = 49152) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
-DRAFT_DIR = Path(__file__).resolve().parent.parent / "data" / "drafts"
+DRAFT_DIR = DATA_DIR / "drafts"
 
 
 def make_draft(target: LlamaForCausalLM, n_layers: int) -> LlamaForCausalLM:

@@ -6,9 +6,9 @@ positions (tree drafts), crop or compact the cache to the accepted positions, an
 hidden states of chosen layers (EAGLE's features). AR decoding, two-model speculative
 decoding and the draft model itself all go through it, so a faster forward helps all alike.
 
-`lab.models.engine_for(model)` picks the forward for a model's dtype: float32 runs here, on
+`lab.target.load.engine_for(model)` picks the forward for a model's dtype: float32 runs here, on
 transformers (the reference, and the default: the shipped heads were trained on its features);
-bfloat16 runs on lab/exact.py's `ExactEngine`, which is batch-invariant and so exact, and faster.
+bfloat16 runs on lab/target/exact.py's `ExactEngine`, which is batch-invariant and so exact, and faster.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, LlamaForCausalLM
-
 
 
 @dataclass

@@ -10,7 +10,7 @@ that a row's arithmetic depends on that row alone:
   `MIN_ROWS` and at most `BLOCK_ROWS` rows per call. oneDNN takes another kernel for a single
   row on some shapes, and the LM head's kernel changed with the row count past 48 on one CPU,
   while 2..32 rows gave identical rows on every shape checked (tests/test_exact.py checks again);
-- everything else in lab/csrc/exact_ops.c, row by row: the float32 residual stream and
+- everything else in lab/target/csrc/exact_ops.c, row by row: the float32 residual stream and
   RMSNorm, RoPE (written straight into the cache), SwiGLU 16 lanes at a time, and attention
   computed for each (row, head) as if alone over its allowed keys in cache order, softmax
   accumulated in float32 (rows go in pairs that load the keys their lists share once);
@@ -33,10 +33,10 @@ from typing import Callable, Iterator
 import torch
 from transformers import LlamaForCausalLM
 
+from ..errors import LabError
+from ..paths import CACHE_DIR
+from ..timing import Seconds
 from .engine import Scored, allowed_keys
-from .errors import LabError
-from .paths import CACHE_DIR
-from .timing import Seconds
 
 # Rows per packed-linear call. In one-off checks 2..32 rows gave row-identical results on every
 # shape, one row did not, and 4 rows ran fastest of 1..8 on an AMD EPYC (one or two rows were
@@ -67,7 +67,7 @@ def bf16_support() -> str | None:
 
 
 def _compile() -> ctypes.CDLL:
-    """Build lab/csrc/exact_ops.c once per source, CPU and compiler (gcc -O3 -march=native)
+    """Build lab/target/csrc/exact_ops.c once per source, CPU and compiler (gcc -O3 -march=native)
     into .cache/kernels/, atomically, and load it."""
     source = SOURCE.read_bytes()
     try:
@@ -102,7 +102,7 @@ _OPS: ctypes.CDLL | None = None
 
 
 def ops() -> ctypes.CDLL:
-    """The compiled per-row operations (lab/csrc/exact_ops.c)."""
+    """The compiled per-row operations (lab/target/csrc/exact_ops.c)."""
     global _OPS
     if _OPS is None:
         _OPS = _compile()

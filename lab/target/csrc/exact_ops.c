@@ -1,4 +1,4 @@
-/* The exact engine's per-row operations (lab/exact.py): everything in a decoder layer except
+/* The exact engine's per-row operations (lab/target/exact.py): everything in a decoder layer except
  * its four packed bfloat16 products, which oneDNN computes.
  *
  * Exact speculative decoding needs the target to compute the same bits for a position whether
