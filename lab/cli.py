@@ -150,7 +150,7 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .heads import head_names, head_path
+    from .drafters.heads import head_names, head_path
     from .target.load import load_target
     from .train.evaluate import EVALUATOR_VERSION, evaluate_saved_head
     o = from_args(EvaluateOptions, args)
@@ -181,7 +181,7 @@ def _run(args: argparse.Namespace) -> None:
 def _tune(args: argparse.Namespace) -> None:
     from .artifacts import repo_path
     from .costmodel import choice_path, choice_row, tune
-    from .heads import check_head, load_head
+    from .drafters.heads import check_head, load_head
     from .target.load import load_target, load_tokenizer
     o = from_args(TuneOptions, args)
     name = o.name or shipped_head(o.head)
@@ -202,8 +202,8 @@ def _tune(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from .eagle3 import export_head
-    from .heads import load_head
+    from .drafters.eagle3 import export_head
+    from .drafters.heads import load_head
     from .target.load import load_target
     o = from_args(ExportOptions, args)
     out = export_head(load_head(load_target(), o.name), Path(o.out))

@@ -18,7 +18,7 @@ from pathlib import Path
 from .bench.endtoend import RESULTS_FILE
 from .costmodel import choice_path
 from .data.regenerated import regen_files
-from .heads import head_path
+from .drafters.heads import head_path
 from .judge.probe import judge_path
 from .judge.sweep import QUALITY_FILE
 from .paths import DATA_DIR, KERNEL_BENCH_DIR, ROOT
@@ -106,7 +106,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("eagle/trainer_steps.json", "the seconds of one training step of each trainer", lambda p: STEPS_PATH,
           (("docs/findings.md", "data/eagle/trainer_steps.json"),)),
     Entry("eagle/*.json", "a head's manifest (a head without weights ships its manifest alone)", _head_manifest,
-          (RESULTS_PAGE, ("lab/heads.py", "def head_manifest("))),
+          (RESULTS_PAGE, ("lab/drafters/heads.py", "def head_manifest("))),
     Entry("drafts/draft_*l.*", "a distilled draft model of notebook 03 and its manifest", _draft,
           ((NB03, "load_draft(target, n)"), ("tests/test_models.py", "load_draft("))),
     Entry("regen/*", "the regenerated training set (greedy, and sampled at T = 1) and its manifest", _regen,

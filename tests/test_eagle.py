@@ -11,9 +11,9 @@ from test_decode import ar_runs
 from lab.data import RegenSet, chat_ids, load_regen, mt_bench
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft, static_shape
-from lab.eagle import EagleHead
+from lab.drafters.eagle1 import EagleHead
+from lab.drafters.heads import load_head, save_head
 from lab.errors import LabError
-from lab.heads import load_head, save_head
 from lab.sampling import Sampling
 from lab.target.engine import Engine
 from lab.target.exact import bf16_support
@@ -390,7 +390,7 @@ def test_monotone_latency_pools_dips_and_keeps_increasing_curves():
 
 
 def test_training_budget_sums_the_warm_start_chain():
-    from lab.heads import training_budget
+    from lab.drafters.heads import training_budget
     first = {"cpu_budget_minutes": 30, "steps": 1500, "data": {"train_response_tokens": 200}, "init": None}
     second = {"cpu_budget_minutes": 45, "steps": 2000, "init": {"path": "x", "manifest": first},
               "data": {"train_response_tokens": 200, "sharegpt_reply_tokens": 400}}
@@ -401,7 +401,7 @@ def test_training_budget_sums_the_warm_start_chain():
 
 
 def test_passes_sum_each_stage_over_its_own_data():
-    from lab.heads import passes
+    from lab.drafters.heads import passes
     first = {"steps": 100, "optimiser": {"batch_sequences": 8}, "data": {"train_sequences": 400}, "init": None}
     second = {"steps": 50, "optimiser": {"batch_sequences": 16}, "data": {"train_sequences": 200},
               "init": {"path": "x", "manifest": first}}
@@ -426,8 +426,8 @@ def test_cached_features_keep_the_sequence_order(tiny):
 def test_training_starts_from_its_init_head(tiny, tmp_path, monkeypatch):
     import json
 
-    import lab.heads
-    monkeypatch.setattr(lab.heads, "HEAD_DIR", tmp_path)  # --init NAME: data/eagle/NAME.safetensors
+    import lab.drafters.heads
+    monkeypatch.setattr(lab.drafters.heads, "HEAD_DIR", tmp_path)  # --init NAME: data/eagle/NAME.safetensors
     first, second = tmp_path / "first.safetensors", tmp_path / "second.safetensors"
     train_head(Eagle1Options(name="first", minutes=5.0, max_steps=3, lr=3e-3, eval_prompts=1), target=tiny,
                data=small_set())

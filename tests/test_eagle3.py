@@ -18,9 +18,9 @@ from test_verify_tree import no_renormalisation
 
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft
-from lab.eagle3 import Eagle3Head, export_head, feature_layers, import_head
+from lab.drafters.eagle3 import Eagle3Head, export_head, feature_layers, import_head
+from lab.drafters.heads import load_head
 from lab.errors import LabError
-from lab.heads import load_head
 from lab.paths import EAGLE3_SHIPPED
 from lab.sampling import RandomStream, Sampling
 from lab.simulate import simulate_tree

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lab.data import RegenSet, load_regen
-from lab.eagle3 import Eagle3Head
-from lab.heads import HEAD_DIR
+from lab.drafters.eagle3 import Eagle3Head
+from lab.drafters.heads import HEAD_DIR
 from lab.train.eagle import MAX_LEN
 from lab.train.evaluate import EVALUATOR_VERSION, MIN_CHAINS, DepthTally, evaluate, heldout_indices, wilson
 
@@ -126,7 +126,7 @@ def test_eagle1_and_eagle3_heads_are_scored_on_the_same_positions():
 def test_eagle3_full_on_the_old_prompt_set_matches_the_independent_rescoring():
     """On all first 64 held-out prompts (version 1's set), eagle3-full's depth-1 top-1 is the
     0.463 an independent re-scoring found (version 1 reported 0.420)."""
-    from lab.heads import load_head
+    from lab.drafters.heads import load_head
     from lab.target.load import load_target
     from lab.train.evaluate import evaluation_layers
     from lab.train.features import target_features
@@ -143,7 +143,7 @@ def test_each_tuned_static_tree_keeps_the_shape_of_its_heads_current_figures():
     "evaluation"). The tree size each tuning chose must still get the shape it was tuned with:
     otherwise its recorded tau and speed-up describe another tree, and it must be tuned again."""
     from lab.drafters import static_shape
-    from lab.heads import rank_accuracy_of
+    from lab.drafters.heads import rank_accuracy_of
     for path in sorted(HEAD_DIR.glob("tree_choice*.json")):
         tuning = json.loads(path.read_text())
         chosen = tuning["choice"]

@@ -458,7 +458,7 @@ def test_per_source_report_counts_tokens_and_scores_validation_rows():
 @torch.inference_mode()
 def test_an_eagle_heads_mined_proposals_are_its_first_drafts_in_decoding(tiny, tokenizer):
     from lab.drafters import EagleDraft, NoDraft
-    from lab.eagle import EagleHead
+    from lab.drafters.eagle1 import EagleHead
     from lab.judge.labels import draft_mismatches, draft_proposals
     torch.manual_seed(0)
     head = EagleHead(tiny).eval()

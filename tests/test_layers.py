@@ -13,7 +13,7 @@ LAYERS = {
     "lab.sampling": 0, "lab.theory": 0, "lab.trees": 0, "lab.timing": 0,
     "lab.target": 1, "lab.verify": 1, "lab.kernels": 1,
     "lab.data": 2, "lab.decode": 2,
-    "lab.drafters": 3, "lab.eagle": 3, "lab.eagle3": 3, "lab.heads": 3, "lab.measure": 3, "lab.simulate": 3,
+    "lab.drafters": 3, "lab.measure": 3, "lab.simulate": 3,
     "lab.costmodel": 4, "lab.judge": 4,
     "lab.train": 5, "lab.bench": 5,
     "lab.viz": 6,

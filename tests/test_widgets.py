@@ -11,8 +11,8 @@ from lab.costmodel import load_choice
 from lab.data import chat_ids
 from lab.decode import decode
 from lab.drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
-from lab.eagle import EagleHead
-from lab.eagle3 import Eagle3Head
+from lab.drafters.eagle1 import EagleHead
+from lab.drafters.eagle3 import Eagle3Head
 from lab.errors import LabError
 from lab.sampling import Sampling
 from lab.target.engine import Engine

@@ -9,8 +9,8 @@ import torch
 
 from ..costmodel import TreeChoice, given_tree, load_choice
 from ..drafters import EagleDraft, draft_vocabulary, static_shape
+from ..drafters.heads import check_head, head_manifest, load_head, rank_accuracy_of
 from ..errors import LabError
-from ..heads import check_head, head_manifest, load_head, rank_accuracy_of
 from ..judge.probe import load_judge
 from ..sampling import Sampling
 from ..target.load import load_draft, load_target, load_tokenizer, make_draft, tiny_target

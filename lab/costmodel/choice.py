@@ -12,10 +12,10 @@ import torch
 from ..artifacts import command_line, git_commit, machine, write_json
 from ..data import mt_bench
 from ..drafters import EagleDraft, draft_vocabulary, static_shape
-from ..eagle import EagleHead
-from ..eagle3 import Eagle3Head
+from ..drafters.eagle1 import EagleHead
+from ..drafters.eagle3 import Eagle3Head
+from ..drafters.heads import head_manifest, rank_accuracy_of
 from ..errors import LabError
-from ..heads import head_manifest, rank_accuracy_of
 from ..measure import forward_latency, latency_table
 from ..paths import DATA_DIR, fast_mode, shipped_head
 from .costs import agreeing_rounds, monotone, predicted_speedup, spread, verification_pass

@@ -16,8 +16,8 @@ import torch
 from ..data import chat_ids, mt_bench
 from ..decode import decode
 from ..drafters import EagleDraft, NoDraft, static_shape
-from ..eagle import EagleHead
-from ..eagle3 import Eagle3Head
+from ..drafters.eagle1 import EagleHead
+from ..drafters.eagle3 import Eagle3Head
 from ..sampling import RandomStream, Sampling
 from ..target.load import engine_for
 from ..trees import rerank

@@ -10,11 +10,14 @@ A drafter has two methods:
     the positions the target has just scored.
 AR decoding is simply the drafter that proposes nothing.
 
-  model.py   NoDraft (AR), ModelDraft and TreeModelDraft (a small LM as a chain or a tree)
-  eagle.py   EagleDraft: a feature-level head (EAGLE-1's or EAGLE-3's) as a static or dynamic tree
-  reference.py  ReferenceDraft: a known text as drafts (Judge Decoding's expert drafts; tests)
+  model.py        NoDraft (AR), ModelDraft and TreeModelDraft (a small LM as a chain or a tree)
+  eagle1.py       the EAGLE-1 head (and notebook 04's variants): features and the next token -> the next feature
+  eagle3.py       the EAGLE-3 head: three fused taps -> tokens, and the serving engines' file layout
+  heads.py        any head's file: one save, one load (the kind read from the file), its manifest
+  eagle_draft.py  EagleDraft: either head as a static or dynamic tree, or its top-1 chain
+  reference.py    ReferenceDraft: a known text as drafts (Judge Decoding's expert drafts; tests)
 """
-from .eagle import EagleDraft, draft_vocabulary, static_shape, static_tree
+from .eagle_draft import EagleDraft, draft_vocabulary, static_shape, static_tree
 from .model import ModelDraft, NoDraft, TreeModelDraft, frontier_mask
 from .reference import ReferenceDraft
 

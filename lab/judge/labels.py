@@ -44,7 +44,7 @@ from ..artifacts import write_json
 from ..data import chat_ids, humaneval_problems
 from ..decode import decode
 from ..drafters import ModelDraft, NoDraft
-from ..eagle import EagleHead
+from ..drafters.eagle1 import EagleHead
 from ..paths import CACHE_DIR
 from ..sampling import Sampling
 from ..target.engine import Engine
@@ -181,7 +181,7 @@ def greedy_answer(engine: Engine, prompt: list[int], max_new_tokens: int, eos_id
 def draft_proposals(target, draft, prompt: list[int], answer: list[int]) -> list[int]:
     """The token the draft would greedily propose at each answer position j, given prompt +
     answer[:j], teacher-forced in one pass. `draft` is a draft model (its own forward) or an
-    EAGLE-1 head (lab/eagle.py), which drafts from the target's features: the pair (f_t, x_{t+1})
+    EAGLE-1 head (lab/drafters/eagle1.py), which drafts from the target's features: the pair (f_t, x_{t+1})
     predicts f_{t+1}, whose readout proposes x_{t+2}, as the head's first draft in decoding does."""
     if isinstance(draft, EagleHead):
         ids = prompt + answer

@@ -19,8 +19,8 @@ from ..artifacts import command_line, git_commit, machine, read_results, resumab
 from ..data import chat_ids, humaneval_split
 from ..decode import decode
 from ..drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
+from ..drafters.heads import head_path, load_head
 from ..errors import LabError
-from ..heads import head_path, load_head
 from ..paths import DATA_DIR, results_file
 from ..sampling import Sampling
 from ..target.load import TARGET_NAME, draft_path, engine_for, load_draft

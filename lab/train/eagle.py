@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from ..artifacts import git_commit, repo_path, write_json
 from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, regen_files, sharegpt_replies, training_items
-from ..eagle import EagleHead
-from ..heads import head_path, load_head, save_head
+from ..drafters.eagle1 import EagleHead
+from ..drafters.heads import head_path, load_head, save_head
 from ..options import recorded
 from ..paths import CACHE_DIR
 from ..target.load import load_target

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 
 from ..artifacts import git_commit, repo_path, write_json
 from ..data import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
-from ..eagle3 import Eagle3Head, feature_layers
-from ..heads import head_path, load_head, save_head
+from ..drafters.eagle3 import Eagle3Head, feature_layers
+from ..drafters.heads import head_path, load_head, save_head
 from ..options import recorded
 from ..paths import CACHE_DIR
 from ..target.load import load_target

@@ -33,10 +33,10 @@ import torch.nn.functional as F
 
 from ..artifacts import command_line, git_commit, machine, read_results, repo_path, write_json
 from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, unique_heldout
-from ..eagle import EagleHead
-from ..eagle3 import Eagle3Head, feature_layers
+from ..drafters.eagle1 import EagleHead
+from ..drafters.eagle3 import Eagle3Head, feature_layers
+from ..drafters.heads import load_head
 from ..errors import LabError
-from ..heads import load_head
 from ..target.load import load_target
 from .features import FeatureSet, target_features
 

@@ -25,8 +25,8 @@ import torch
 
 from ..artifacts import command_line, git_commit, machine
 from ..data import chat_ids, humaneval_problems, humaneval_split, mt_bench
+from ..drafters.heads import load_head
 from ..errors import LabError
-from ..heads import load_head
 from ..judge.labels import (
     MINED_DIR,
     Labelled,

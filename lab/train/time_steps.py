@@ -34,7 +34,7 @@ def measure(batches: int = 6, batch: int = 8, seed: int = 0) -> dict:
 
     import lab
     from lab.data import load_regen, training_items
-    from lab.eagle3 import Eagle3Head
+    from lab.drafters.eagle3 import Eagle3Head
     from lab.target.load import load_target
     from lab.train import eagle3
     from lab.train.features import target_features

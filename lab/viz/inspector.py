@@ -26,8 +26,8 @@ from ..bench import STATIC_METHODS, Setup, make_drafter
 from ..costmodel import dtype_name, given_tree, load_choice
 from ..data import chat_ids
 from ..decode import DecodeResult, decode
+from ..drafters.heads import head_manifest, load_head, rank_accuracy_of
 from ..errors import LabError
-from ..heads import head_manifest, load_head, rank_accuracy_of
 from ..paths import EAGLE3_SHIPPED, shipped_head
 from ..sampling import Sampling
 from ..target.load import engine_for, load_draft, load_target, load_tokenizer

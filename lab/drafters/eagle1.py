@@ -21,9 +21,9 @@ import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .errors import LabError
-from .target.exact import fast_linear
-from .target.load import TARGET_NAME, engine_for
+from ..errors import LabError
+from ..target.exact import fast_linear
+from ..target.load import TARGET_NAME, engine_for
 
 VARIANTS = {"eagle1": ("feature", "token"), "no-token": ("feature",), "token-only": ("token",)}
 

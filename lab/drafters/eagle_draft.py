@@ -1,4 +1,4 @@
-"""EagleDraft: an EAGLE head (lab/eagle.py's EAGLE-1 head or lab/eagle3.py's EAGLE-3 head)
+"""EagleDraft: an EAGLE head (lab/drafters/eagle1.py's EAGLE-1 head or lab/drafters/eagle3.py's EAGLE-3 head)
 drafting a tree: EAGLE-1's static shape or EAGLE-2's dynamic expand-and-rerank.
 
 Both heads look the same from here. `head.drafter_state()` is a cache whose `project(features)`

@@ -1,6 +1,6 @@
 """EAGLE-3: a draft head that reads the target at three depths and predicts tokens only.
 
-EAGLE-1 (lab/eagle.py) regresses the target's top feature and lets the target's LM head turn
+EAGLE-1 (lab/drafters/eagle1.py) regresses the target's top feature and lets the target's LM head turn
 the guess into tokens. EAGLE-3 drops that constraint: it fuses the hidden states entering
 decoder layers 2, N/2 and N-3 (low, middle, high: the top layer is specialised for the next
 token, the lower ones still describe the context) into one vector g_t with `fc` (3H -> H), and
@@ -26,10 +26,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from .artifacts import atomic_write
-from .errors import LabError
-from .target.exact import fast_linear
-from .target.load import TARGET_NAME
+from ..artifacts import atomic_write
+from ..errors import LabError
+from ..target.exact import fast_linear
+from ..target.load import TARGET_NAME
 
 
 def feature_layers(num_layers: int) -> tuple[int, int, int]:
@@ -280,7 +280,7 @@ class Eagle3Cache:
         return self.head.midlayer.finish(states, attended, self.proj)
 
 
-# ---- the serving engines' layout (the lab's own files: lab/heads.py) ----------------------------
+# ---- the serving engines' layout (the lab's own files: lab/drafters/heads.py) ----------------------------
 
 EXPORT_KEYS = ("fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
                *(f"midlayer.{n}.weight" for n in (

@@ -15,11 +15,11 @@ from pathlib import Path
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .artifacts import atomic_write
-from .eagle import VARIANTS, EagleHead
+from ..artifacts import atomic_write
+from ..errors import LabError
+from ..paths import DATA_DIR, EAGLE3_SHIPPED
+from .eagle1 import VARIANTS, EagleHead
 from .eagle3 import Eagle3Head
-from .errors import LabError
-from .paths import DATA_DIR, EAGLE3_SHIPPED
 
 HEAD_DIR = DATA_DIR / "eagle"
 KINDS = (*VARIANTS, "eagle3")
