@@ -394,7 +394,7 @@ from pathlib import Path
 features.CACHE_DIR = module.CACHE_DIR = Path(sys.argv[1])
 sys.path.insert(0, sys.argv[3])
 from test_eagle import small_set
-from lab.models import tiny_target
+from lab.target.load import tiny_target
 from lab.train.options import Eagle3Options
 torch.set_num_threads(1)
 made = module.Eagle3Head

@@ -184,7 +184,7 @@ def test_step_seconds_times_every_step_and_leaves_the_forward_as_it_was():
 
 def test_a_cpu_without_bfloat16_units_gets_one_line(monkeypatch):
     import lab.target.exact
-    monkeypatch.setattr(lab.exact, "bf16_support", lambda: "this CPU has no bfloat16 matrix instructions")
+    monkeypatch.setattr(lab.target.exact, "bf16_support", lambda: "this CPU has no bfloat16 matrix instructions")
     with pytest.raises(LabError, match="--dtype float32"):
         ExactEngine(tiny_target(3).to(torch.bfloat16))
 

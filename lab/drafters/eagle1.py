@@ -78,7 +78,7 @@ class EagleHead(nn.Module):
         return Eagle1Cache(self)
 
     def metadata(self) -> dict[str, str]:
-        """What a saved file of this head records, so that a load can check it (lab.heads)."""
+        """What a saved file of this head records, so that a load can check it (lab.drafters.heads)."""
         cfg = self.body.config
         return {"variant": self.variant, "target": TARGET_NAME, "hidden_size": str(cfg.hidden_size),
                 "vocab_size": str(cfg.vocab_size)}

@@ -212,7 +212,7 @@ class Eagle3Head(nn.Module):
         return self.unrolled(features, tokens, pad, steps, rows)  # what DistributedDataParallel calls
 
     def metadata(self) -> dict[str, str]:
-        """What a saved file of this head records, so that a load can check it (lab.heads)."""
+        """What a saved file of this head records, so that a load can check it (lab.drafters.heads)."""
         return {"variant": "eagle3", "taps": self.taps, "target": TARGET_NAME,
                 "hidden_size": str(self.config.hidden_size), "vocab_size": str(self.config.vocab_size),
                 "draft_vocab_size": str(len(self.vocab))}
