@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+import transformers
 
 from .errors import LabError
 from .paths import ROOT
@@ -88,7 +89,6 @@ def git_commit() -> str:
 
 
 def machine() -> dict:
-    import transformers
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -9,11 +9,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from .artifacts import repo_path
+from .bench import (METHODS, drafting_line, format_table, load_setup, make_drafter, profiled, run_bench,
+                    verification_line)
+from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
 from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive
+from .costmodel import choice_path, choice_row, tune
+from .data import chat_ids, load_prompts, prompts_file
+from .decode import decode
+from .drafters.eagle3 import export_head
+from .drafters.heads import check_head, head_names, head_path, load_head
 from .errors import LabError
-from .options import add_options, from_args, opt
-from .paths import EAGLE3_SHIPPED, shipped_head
+from .experiments import listing, rerun, run as run_experiment
+from .judge.sweep import format_quality, quality_sweep
+from .options import add_options, from_args, opt, recorded
+from .paths import EAGLE3_SHIPPED, fast_mode, shipped_head
+from .target.load import engine_for, load_target, load_tokenizer
+from .train.distill import train_draft
+from .train.eagle import train_head
+from .train.eagle3 import train_eagle3
+from .train.evaluate import EVALUATOR_VERSION, evaluate_saved_head
+from .train.judge import train_judge
 from .train.options import TRAINERS
+from .train.regen import DEFAULT_TOKENS, build
+from .viz.plots import plot_bench
 
 ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[34m", "target": ""}
 
@@ -79,9 +98,6 @@ class RunOptions:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from .bench import METHODS, drafting_line, format_table, load_setup, profiled, run_bench, verification_line
-    from .data import load_prompts, prompts_file
-    from .options import recorded
     o = from_args(BenchOptions, args)
     methods = method_list(o.methods)
     unknown = [m for m in methods if m not in METHODS]
@@ -89,24 +105,19 @@ def _bench(args: argparse.Namespace) -> None:
         raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
     prompts = prompts_file(o.prompts, o.limit) if o.prompts else load_prompts(o.dataset, o.limit)
     setup = load_setup(o, methods)
-    run = (lambda *a: profiled(o.profile, run_bench, *a)) if o.profile else run_bench
-    result = run(methods, prompts, setup, recorded(o), o.draft_layers, o.json)
+    bench = (lambda *a: profiled(o.profile, run_bench, *a)) if o.profile else run_bench
+    result = bench(methods, prompts, setup, recorded(o), o.draft_layers, o.json)
     print(format_table(result))
     print(verification_line(result))
     drafted = drafting_line(result)
     if drafted:
         print(drafted)
     if o.figure:
-        from .viz.plots import plot_bench
         plot_bench(result, o.figure)
         print(f"figure written to {o.figure}")
 
 
 def _generate(args: argparse.Namespace) -> None:
-    from .bench import load_setup, make_drafter
-    from .data import chat_ids
-    from .decode import decode
-    from .target.load import engine_for
     o = from_args(GenerateOptions, args)
     setup = load_setup(o, [o.method])
     drafter, draft_len, rule = make_drafter(setup, o.method)
@@ -131,28 +142,17 @@ def _generate(args: argparse.Namespace) -> None:
 
 
 def _data(args: argparse.Namespace) -> None:
-    from .train.regen import DEFAULT_TOKENS, build
     o = from_args(DataOptions, args)
     print(build(tokens=o.tokens or DEFAULT_TOKENS, sampled=o.sampled))
 
 
 def _train(args: argparse.Namespace) -> None:
     options = from_args(args.options, args)
-    if args.what == "draft":
-        from .train.distill import train_draft as trainer
-    elif args.what == "eagle1":
-        from .train.eagle import train_head as trainer
-    elif args.what == "eagle3":
-        from .train.eagle3 import train_eagle3 as trainer
-    else:
-        from .train.judge import train_judge as trainer
+    trainer = {"draft": train_draft, "eagle1": train_head, "eagle3": train_eagle3, "judge": train_judge}[args.what]
     print(trainer(options))
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .drafters.heads import head_names, head_path
-    from .target.load import load_target
-    from .train.evaluate import EVALUATOR_VERSION, evaluate_saved_head
     o = from_args(EvaluateOptions, args)
     names = head_names() if o.name == ["all"] else (o.name or ["eagle1"])
     target = load_target()
@@ -166,23 +166,18 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from .experiments import listing, rerun, run
     o = from_args(RunOptions, args)
     if o.list:
         print(listing())
     elif o.rerun:
         rerun(Path(o.rerun), dry_run=o.dry_run)
     elif o.name:
-        run(o.name, force=o.force, dry_run=o.dry_run)
+        run_experiment(o.name, force=o.force, dry_run=o.dry_run)
     else:
         raise LabError("name an experiment, or pass --list or --rerun FILE")
 
 
 def _tune(args: argparse.Namespace) -> None:
-    from .artifacts import repo_path
-    from .costmodel import choice_path, choice_row, tune
-    from .drafters.heads import check_head, load_head
-    from .target.load import load_target, load_tokenizer
     o = from_args(TuneOptions, args)
     name = o.name or shipped_head(o.head)
     check_head(name, o.head, "--name")
@@ -202,26 +197,18 @@ def _tune(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from .drafters.eagle3 import export_head
-    from .drafters.heads import load_head
-    from .target.load import load_target
     o = from_args(ExportOptions, args)
     out = export_head(load_head(load_target(), o.name), Path(o.out))
     print(f"{o.name} written to {out} (config.json, model.safetensors) in the EAGLE-3 layout vLLM and SGLang load")
 
 
 def _endtoend(args: argparse.Namespace) -> None:
-    from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
-    from .bench.setup import load_setup
     o = from_args(EndToEndOptions, args)
     parse_settings(o.settings)  # a bad --settings fails before any loading
     print(format_end_to_end(run_end_to_end(o, load_setup(o, method_list(o.methods)))))
 
 
 def _quality(args: argparse.Namespace) -> None:
-    from .judge.sweep import format_quality, quality_sweep
-    from .paths import fast_mode
-    from .target.load import load_target, load_tokenizer
     o = from_args(QualityOptions, args)
     tasks, runs = quality_sweep(load_target(), load_tokenizer(), o.per_kind, fast_mode(), o.json and Path(o.json),
                                 o.judge)

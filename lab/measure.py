@@ -7,6 +7,7 @@ import time
 from typing import Callable
 
 import torch
+from transformers import DynamicCache
 
 from .sampling import probabilities
 from .target.exact import ExactEngine, step_seconds
@@ -208,7 +209,6 @@ def batch_forward_latency(model: torch.nn.Module, batches: list[int], ns: list[i
     Keyed (batch, n). transformers' batched forward is used because the lab's exact engine
     scores one sequence; the model's own dtype is kept (timing only: bit-exactness is no concern).
     Every sequence has the same prefix length, so no padding or attention mask is needed."""
-    from transformers import DynamicCache
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     device = next(model.parameters()).device

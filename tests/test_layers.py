@@ -116,3 +116,40 @@ def test_a_planted_upward_import_is_found(tmp_path):
     root = planted(tmp_path, {"__init__.py": "", "low.py": "def f():\n    from lab.high import g\n",
                               "high.py": "from .low import f\n"})
     assert upward(imports(root), {"lab": 7, "lab.low": 0, "lab.high": 3}) == ["lab.low (L0) -> lab.high (L3)"]
+
+
+# Where a module of the lab may be imported inside a function: the Triton kernels (an optional
+# dependency a CPU without Triton must not load) and the trainer timing, which imports the code of
+# another commit in a child process.
+LAZY_ALLOWED = {"lab/decode.py": {"lab.kernels"}, "lab/train/time_steps.py": None}
+
+
+def lazy_lab_imports(root: Path) -> list[str]:
+    """`file: module` for each import of a lab module inside a function, less those allowed."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = str(path.relative_to(root.parent))
+        package = ".".join(path.relative_to(root.parent).with_suffix("").parts[:-1])
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("lab")):
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                    module = ".".join(base + ([node.module] if node.module else []))
+                    allowed = LAZY_ALLOWED.get(relative, set())
+                    if allowed is not None and not any(module.startswith(a) for a in allowed):
+                        found.append(f"{relative}: {module}")
+    return found
+
+
+def test_lab_modules_are_imported_at_the_top():
+    assert lazy_lab_imports(LAB) == []
+
+
+def test_a_lab_import_inside_a_function_fails(tmp_path):
+    root = tmp_path / "lab"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "low.py").write_text("def f():\n    from .high import g\n    return g\n")
+    assert lazy_lab_imports(root) == ["lab/low.py: lab.high"]

@@ -7,6 +7,8 @@ of the `hf*` methods are counted with a forward hook.
 """
 from __future__ import annotations
 
+import cProfile
+import pstats
 from pathlib import Path
 from typing import Callable
 
@@ -123,8 +125,6 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
 def profiled(top: int, run: Callable[..., dict], *args) -> dict:
     """`run(*args)` (run_bench) under cProfile: prints the `top` entries by own time and keeps
     them in the result (`profile`), rewriting its JSON if it wrote one (args[-1])."""
-    import cProfile
-    import pstats
     profiler = cProfile.Profile()
     result = profiler.runcall(run, *args)
     stats = pstats.Stats(profiler).sort_stats("tottime")

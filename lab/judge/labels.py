@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from tqdm.auto import tqdm
 
 from ..artifacts import write_json
 from ..data import chat_ids, humaneval_problems
@@ -300,7 +301,6 @@ def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None
     `cache_dir` as soon as it is done and reused on a rerun when it was mined with the same
     prompt, answer length and cap (and the same draft: a draft model's layer count, or the EAGLE
     head's variant; and the same judge and chain length)."""
-    from tqdm.auto import tqdm
     settings = ({"cap": cap, "draft": draft.variant} if isinstance(draft, EagleHead)
                 else {"cap": cap, "draft_layers": draft.config.num_hidden_layers})
     if judged is not None:

@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..artifacts import repo_path, write_json
@@ -61,7 +62,6 @@ def split_by_problem(groups: list[str], validation: float = 0.3, seed: int = 0) 
 def fit_probe(x, y, layer: int, c: float = 0.1, reads_logits: bool = False) -> Probe:
     """Logistic regression with the wrong (rare) class up-weighted (scikit-learn, balanced). `x`
     is [n, H], or [n, H + 2] with the logit features last if `reads_logits`."""
-    import numpy as np
     from sklearn.linear_model import LogisticRegression
     mean, std = x.mean(0), x.std(0) + 1e-6
     model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000)

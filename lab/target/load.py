@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from ..errors import LabError
@@ -130,7 +131,6 @@ def draft_path(n_layers: int) -> Path:
 
 def load_draft(target: LlamaForCausalLM, n_layers: int) -> LlamaForCausalLM:
     """A shipped distilled draft (data/drafts/), tied to `target`'s embedding and LM head."""
-    from safetensors.torch import load_file
     path = draft_path(n_layers)
     if not path.exists():
         raise LabError(f"no {n_layers}-layer draft at {path}: run `python -m lab train draft --layers {n_layers}`")
