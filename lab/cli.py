@@ -40,7 +40,8 @@ ORIGIN_COLOURS = {"draft": "\033[32m", "corrected": "\033[31m", "bonus": "\033[3
 @dataclass
 class DataOptions:
     action: str = opt("build", "what to do", positional=True, choices=["build"])
-    tokens: int | None = opt(None, "training response tokens to reach (default 100000, about 20 minutes on 2 cores)")
+    tokens: int = opt(DEFAULT_TOKENS, "training response tokens to reach (the default takes about 20 minutes on 2 "
+                                      "cores)")
     sampled: bool = opt(False, "answers sampled at temperature 1 (data/regen/sharegpt_smollm2_t1.npz) instead of "
                                "greedy")
 
@@ -143,7 +144,7 @@ def _generate(args: argparse.Namespace) -> None:
 
 def _data(args: argparse.Namespace) -> None:
     o = from_args(DataOptions, args)
-    print(build(tokens=o.tokens or DEFAULT_TOKENS, sampled=o.sampled))
+    print(build(tokens=o.tokens, sampled=o.sampled))
 
 
 def _train(args: argparse.Namespace) -> None:

@@ -24,3 +24,17 @@ def test_findings_read_as_findings():
 def test_the_scan_catches_a_diary_entry():
     diary = "# Findings\n\nDistilled from x.\n\n## Topic\n\nIn session 31 (commit 0dab94a) it read 1.5x.\n"
     assert len(work_log_lines(diary)) == 1
+
+
+def test_the_chapters_teach_without_history():
+    """The chapters' prose names no session, lent machine, date or commit: history lives in git."""
+    import json
+    chapters = sorted((FINDINGS.parent.parent / "notebooks").glob("*.ipynb"))
+    found = []
+    for path in chapters:
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if cell["cell_type"] == "markdown":
+                found += [f"{path.name}: {line}" for line in source.splitlines()
+                          if any(re.search(p, line, re.I) for p in [*WORK_LOG, r"\blent\b", r"\bsession\b"])]
+    assert chapters and found == []

@@ -8,8 +8,3 @@ from .report import drafting_line, format_table, head_file, verification_line
 from .run import profiled, run_bench, summarise
 from .setup import (EAGLE3_METHODS, EAGLE_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, TIE_GAP, Setup,
                     load_setup)
-
-__all__ = ["BenchOptions", "DecodeOptions", "EAGLE3_METHODS", "EAGLE_METHODS", "EndToEndOptions", "GenerateOptions",
-           "LOSSY_METHODS", "METHODS", "PEERS", "STATIC_METHODS", "Setup", "TIE_GAP", "drafting_line", "format_table",
-           "head_file", "load_setup", "make_drafter", "make_runner", "profiled", "run_bench", "summarise",
-           "verification_line"]

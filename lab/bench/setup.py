@@ -2,6 +2,7 @@
 from a command's options (the target, the draft, the heads and their trees, the lossy rules)."""
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 
@@ -77,7 +78,7 @@ def _tree_choice(options: DecodeOptions, head: str, kind: str) -> TreeChoice:
         return load_choice(dtype=options.dtype, head=head, kind=kind)
     try:
         tree = tree_triple(options.eagle_tree)
-    except Exception as err:
+    except argparse.ArgumentTypeError as err:
         raise LabError(f"--eagle-tree {err}") from None
     return given_tree(*tree, dtype=options.dtype, head=head, kind=kind)
 

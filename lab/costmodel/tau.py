@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -20,6 +19,7 @@ from ..drafters.eagle1 import EagleHead
 from ..drafters.eagle3 import Eagle3Head
 from ..sampling import RandomStream, Sampling
 from ..target.load import engine_for
+from ..timing import clock
 from ..trees import rerank
 
 GREEDY = Sampling(0.0, 0, 1.0)
@@ -52,11 +52,9 @@ class _TimedEngine:
         return getattr(self.engine, name)
 
     def forward(self, *args, **kwargs):
-        start = time.perf_counter()
+        start = clock(self.engine.model.device)
         out = self.engine.forward(*args, **kwargs)
-        if self.engine.model.device.type == "cuda":  # GPU work is asynchronous: wait for it
-            torch.cuda.synchronize()
-        self.seconds.append(time.perf_counter() - start)
+        self.seconds.append(clock(self.engine.model.device) - start)
         return out
 
 
@@ -107,10 +105,8 @@ def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
                for n in sta}
     probe = next(iter(drafters.values()))
 
-    def clock() -> float:  # GPU work is asynchronous: wait for it before reading the clock
-        if probe.cache.device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter()
+    def now() -> float:
+        return clock(probe.cache.device)
 
     for s, i in positions:
         c = seqs[s]
@@ -119,17 +115,17 @@ def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
         probe.commit(context[:-3], c.features[: i - 3])
         if before_commit is not None:
             before_commit()
-        start = clock()  # a typical commit: three accepted positions' features
+        start = now()  # a typical commit: three accepted positions' features
         probe.commit(context, c.features[i - 3: i])
-        commit_seconds.append(clock() - start)
-        start = clock()  # the same commit again (it replaces itself), now with the head's weights cached
+        commit_seconds.append(now() - start)
+        start = now()  # the same commit again (it replaces itself), now with the head's weights cached
         probe.commit(context, c.features[i - 3: i])
-        warm_seconds.append(clock() - start)
+        warm_seconds.append(now() - start)
         for key, drafter in list(drafters.items()) + [(("static", n), d) for n, d in statics.items()]:
             drafter.cache, drafter.root = probe.cache, probe.root  # share the committed prefix
-            start = clock()
+            start = now()
             tree = drafter.propose(context, 64, GREEDY, RandomStream(0))
-            spent = clock() - start
+            spent = now() - start
             if key[0] == "static":
                 static_seconds[key[1]] += spent
                 sta[key[1]].append(len(tree.follow(truth)))

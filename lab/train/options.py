@@ -2,8 +2,8 @@
 from the dataclass of WHAT (`TRAINERS`), the trainer takes the dataclass, and its manifest
 records it whole under "options".
 
-They live here, apart from the trainers, because the command line builds every parser on each
-call: this module imports no torch, so `python -m lab --help` stays instant.
+They live in one module, apart from the trainers, so that the command line builds the four
+sub-commands from one table (`TRAINERS`); what every loop-trained head shares is `LoopOptions`.
 """
 from __future__ import annotations
 
@@ -25,20 +25,25 @@ INIT = "start from the trained head data/eagle/NAME.safetensors"
 
 
 @dataclass
-class DraftOptions:
-    """`train draft`: distil a small draft LM from the target."""
-    layers: int | None = opt(None, "decoder layers of the draft (1, 2 or 4; required)")
-    minutes: float = opt(6.0, "wall-clock budget in minutes")
+class LoopOptions:
+    """What every trainer of the one loop (lab/train/loop.py) takes besides its budget and rate."""
     max_steps: int | None = opt(None, MAX_STEPS)
-    batch: int = opt(8, "sequences per step")
-    lr: float = opt(2e-3, "peak learning rate")
-    label_fraction: float = opt(0.25, "share of the response positions scored in each step")
-    seed: int = opt(0, "seed of the draft's data order and position sampling")
+    batch: int = opt(8, "sequences per step (of all processes together under torchrun)")
+    seed: int = opt(0, "seed of the initialisation, the data order and the sampling in training")
     resume: bool = opt(False, "go on from the run's checkpoint")
 
 
 @dataclass
-class Eagle1Options:
+class DraftOptions(LoopOptions):
+    """`train draft`: distil a small draft LM from the target."""
+    layers: int | None = opt(None, "decoder layers of the draft (1, 2 or 4; required)")
+    minutes: float = opt(6.0, "wall-clock budget in minutes")
+    lr: float = opt(2e-3, "peak learning rate")
+    label_fraction: float = opt(0.25, "share of the response positions scored in each step")
+
+
+@dataclass
+class Eagle1Options(LoopOptions):
     """`train eagle1`: an EAGLE head on the target's features."""
     variant: str = opt("eagle1", "what the head sees: feature and next token (eagle1), feature only (no-token) "
                        "or token only", choices=["eagle1", "no-token", "token-only"])
@@ -49,18 +54,14 @@ class Eagle1Options:
     sampled: bool = opt(False, "train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)")
     train_prompts: int | None = opt(None, TRAIN_PROMPTS)
     minutes: float = opt(30.0, "wall-clock budget in minutes")
-    max_steps: int | None = opt(None, MAX_STEPS)
-    batch: int = opt(8, "sequences per step")
     lr: float = opt(1e-3, "peak learning rate")
     ce_fraction: float = opt(0.5, "share of the scored positions whose cross-entropy is computed in each step")
-    seed: int = opt(0, "seed of the head's initialisation, data order and noise")
-    resume: bool = opt(False, "go on from the run's checkpoint")
     device: str = opt("cpu", DEVICE)
     eval_prompts: int | None = opt(None, EVAL_PROMPTS)
 
 
 @dataclass
-class Eagle3Options:
+class Eagle3Options(LoopOptions):
     """`train eagle3`: an EAGLE-3 head trained with training-time test (also under torchrun)."""
     name: str | None = opt(None, "save as data/eagle/NAME.safetensors (by default eagle3)")
     init: str | None = opt(None, INIT + " (same vocabulary and taps)")
@@ -81,11 +82,7 @@ class Eagle3Options:
                               "EAGLE-3's objective)")
     fp32: bool = opt(False, "float32 matrix products (by default bfloat16 autocast over fp32 weights)")
     minutes: float = opt(60.0, "wall-clock budget in minutes")
-    max_steps: int | None = opt(None, MAX_STEPS)
-    batch: int = opt(8, "sequences per step (of all processes together)")
     lr: float = opt(1e-3, "peak learning rate")
-    seed: int = opt(0, "seed of the head's initialisation and data order")
-    resume: bool = opt(False, "go on from the run's checkpoint")
     device: str = opt("cpu", DEVICE + "; each rank on its own under torchrun")
     eval_prompts: int | None = opt(None, EVAL_PROMPTS)
 
