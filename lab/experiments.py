@@ -67,6 +67,20 @@ def _quality(judge: str) -> Step:
 
 NB04 = "--max-steps 300 --train-prompts 640"
 
+# Notebook 06's one-factor ablation: one trainer and head class, one schedule (400 plain steps,
+# then 400 that are training-time test or plain). lab/ablation.py names the heads and the pairs.
+ABLATION = "train eagle3 --max-steps 400 --heldout-every 25 --resume"
+ABLATION_STAGE1 = {"feature": "--taps top --feature-loss 10", "token": "--taps top", "fused": "--taps fused"}
+ABLATION_STAGE2 = {"feature-plain": ("feature", "--ttt-steps 1"), "token-plain": ("token", "--ttt-steps 1"),
+                   "feature-ttt": ("feature", "--ttt-steps 7"), "token-ttt": ("token", "--ttt-steps 7"),
+                   "fused-ttt": ("fused", "--ttt-steps 7")}
+
+
+def _ablation_head(name: str, command: str) -> Step:
+    """An ablation head's step is done when its manifest exists: only the manifests ship (the
+    weights stay in the working tree of whoever trains them; `tau` reads them there)."""
+    return _step(f"data/eagle/{name}.json", f"{ABLATION} --name {name} {command}")
+
 EXPERIMENTS: dict[str, Experiment] = {
     # ---- data, drafts and heads -------------------------------------------------------------
     "data": Experiment("the regenerated training set (greedy answers), and the same prompts answered at T = 1", 60, (
@@ -142,6 +156,12 @@ EXPERIMENTS: dict[str, Experiment] = {
                             "--name eagle3-gpu"),
         _head("eagle1-gpu", "train eagle1 --device cuda --batch 64 --replies 980000 --minutes 3.5 --eval-prompts 0 "
                             "--name eagle1-gpu"))),
+    "eagle3-ablation": Experiment("notebook 06: feature loss x TTT on the top tap, and the three fused taps; each "
+                                  "head 400 plain steps, then 400 TTT or plain", 90, (
+        *(_ablation_head(f"ablation-{first}-s1", f"--ttt-steps 1 {options}")
+          for first, options in ABLATION_STAGE1.items()),
+        *(_ablation_head(f"ablation-{name}", f"--init ablation-{first}-s1 {ABLATION_STAGE1[first]} {ttt}")
+          for name, (first, ttt) in ABLATION_STAGE2.items()))),
     # ---- trees --------------------------------------------------------------------------------
     "tune": Experiment("the tree size of every shipped head on this machine (float32 and bfloat16)", 60, (
         _step("data/eagle/tree_choice.json", "tune tree"),

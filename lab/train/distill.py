@@ -99,7 +99,7 @@ def train_draft(opts: DraftOptions, target=None, data=None, out: Path | None = N
         return loss, round(loss.item(), 4)
 
     stream = batches(lambda: rng.sample(train, opts.batch), lambda seqs: _batch(seqs, pad), torch.device("cpu"))
-    step, spent, losses = fit(draft, loss_of_batch, stream, recipe, ckpt, rng, lambda: draft_own_state(draft),
+    step, spent, losses, _ = fit(draft, loss_of_batch, stream, recipe, ckpt, rng, lambda: draft_own_state(draft),
                               resume=opts.resume, desc=f"draft {opts.layers}L",
                               postfix=lambda history: {"loss": f"{np.mean(history[-20:]):.3f}"})
     atomic_write(out, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},

@@ -139,7 +139,7 @@ def train_head(opts: Eagle1Options, target=None, data: RegenSet | None = None, o
 
     stream = batches(lambda: [(sources[s][0].ids(i), sources[s][1][i], p)
                               for s, i, p in rng.sample(train, min(opts.batch, len(train)))], _batch, device)
-    step, spent, history = fit(head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume,
+    step, spent, history, _ = fit(head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume,
                                desc=f"train {variant}", postfix=postfix)
     head.cpu()  # the evaluation below, and every user of the head, run on the CPU
     target.cpu()

@@ -41,13 +41,14 @@ from ..target.load import load_target
 from .batches import batches, budget_key
 from .checkpoint import Checkpoint
 from .eagle import MAX_LEN
-from .evaluate import heldout_evaluation
+from .evaluate import heldout_evaluation, heldout_indices
 from .features import FeatureSet, source_features
-from .loop import Recipe, fit, processes, provenance, seeded, started_from
+from .loop import Recipe, converged, fit, processes, provenance, seeded, started_from
 from .options import Eagle3Options
 
 STEPS, DRAFT_VOCAB = Eagle3Options.ttt_steps, Eagle3Options.draft_vocab  # the options' defaults
 STEP_DECAY = 0.8
+VALIDATION_SEQUENCES = 16  # held-out sequences whose loss `--heldout-every` tracks
 
 
 def cached_layers(target) -> tuple[int, ...]:
@@ -262,17 +263,28 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
         return {"ce0": f"{recent[0]:.2f}", "ce_last": f"{recent[steps - 1]:.2f}", "acc0": f"{recent[steps]:.2f}",
                 "acc_last": f"{recent[2 * steps - 1]:.2f}"}
 
+    validation_batch = make_batch([(data.ids(i), feature_sets[0][i], int(data.prompt_lens[i]))
+                                   for i in heldout_indices(data)[:VALIDATION_SEQUENCES]],
+                                  target.config.hidden_size, head.taps) if opts.heldout_every else None
+
+    def validate() -> float:
+        batch = tuple(x.to(device) for x in validation_batch)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=not opts.fp32):
+            return float(ttt_loss(head, batch, target_head, steps, None, 1, opts.feature_loss, argmax_memo)[0])
+
     stream = batches(lambda: [(sources[s].ids(i), feature_sets[s][i], p)
                               for s, i, p in rng.sample(train, min(opts.batch, len(train)))[rank::world]],
                      lambda items: make_batch(items, target.config.hidden_size, head.taps), device)
-    step, spent, history = fit(head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume,
-                               desc="train eagle3", postfix=postfix, show=progress and rank == 0, world=world)
+    step, spent, history, validation = fit(
+        head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume, desc="train eagle3",
+        postfix=postfix, show=progress and rank == 0, world=world,
+        validate=validate if opts.heldout_every and rank == 0 else None, validate_every=opts.heldout_every)
     head.cpu()  # the evaluation below, and every user of the head, run on the CPU
     target.cpu()
     if rank == 0:
         save_head(head, out)
         run = {"commit": commit, "world": world, "device": str(device), "extract_seconds": extract_seconds,
-               "steps": step, "spent": spent, "history": history}
+               "steps": step, "spent": spent, "history": history, "validation": validation}
         write_json(out.with_suffix(".json"), _manifest(head, out, opts, recipe, data, sources, feature_sets, train,
                                                        heldout, init_record, run))
         ckpt.finish()
@@ -339,6 +351,10 @@ def _manifest(head: Eagle3Head, out: Path, opts: Eagle3Options, recipe: Recipe, 
         budget_key(torch.device(run["device"])): round(run["spent"] / 60, 2),
         "steps": run["steps"], "max_steps": opts.max_steps,
         "loss_first_20": _by_step(first, steps), "loss_last_20": _by_step(last, steps),
+        **({"validation_loss": {"sequences": VALIDATION_SEQUENCES, "every": opts.heldout_every,
+                                "loss": "the training loss (this run's S and weights) on held-out sequences",
+                                "curve": run["validation"], **converged(run["validation"])}}
+           if run["validation"] else {}),
         **({"evaluation": heldout_evaluation(head, data, feature_sets[0], len(heldout))} if heldout else {}),
         "options": recorded(opts),
     }

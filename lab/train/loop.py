@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -74,21 +74,41 @@ def set_lr(optim: torch.optim.Optimizer, lr: float, step: int, spent: float, bud
         group["lr"] = lr * scale
 
 
+class Fitted(NamedTuple):
+    """What `fit` returns: steps taken, seconds spent training, one record per step, and the
+    validation curve [(step, loss), ...] (empty without a `validate`)."""
+    steps: int
+    spent: float
+    history: list
+    validation: list
+
+
 def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tensor, Any]], batches: Iterator,
         recipe: Recipe, checkpoint: Checkpoint, rng: random.Random, own_state: Callable[[], dict], *,
         resume: bool = False, desc: str = "train", postfix: Callable[[list], dict] = lambda history: {},
-        show: bool = True, world: int = 1) -> tuple[int, float, list]:
-    """Train the parameters of `model` that require a gradient until the recipe's budget is spent;
-    return (steps, seconds spent training, history). Each step takes `next(batches)` and
-    `loss_of_batch(batch) -> (loss, record)`; the record joins the history. With `resume`, a run
-    goes on from `checkpoint` (model, optimiser, the data order `rng` and progress); the
-    checkpoint is written through `own_state()` once due. With `world` > 1 processes (torchrun)
-    every rank resumes, rank 0 alone writes, and a step counts the slowest rank's seconds.
-    `batches` is closed and `model` left in eval mode at the end."""
+        show: bool = True, world: int = 1, validate: Callable[[], float] | None = None,
+        validate_every: int = 0) -> Fitted:
+    """Train the parameters of `model` that require a gradient until the recipe's budget is spent.
+    Each step takes `next(batches)` and `loss_of_batch(batch) -> (loss, record)`; the record joins
+    the history. With `validate`, its loss (on data the steps never see, computed without a
+    gradient in eval mode) is recorded every `validate_every` steps and after the last one. With
+    `resume`, a run goes on from `checkpoint` (model, optimiser, the data order `rng` and
+    progress); the checkpoint is written through `own_state()` once due. With `world` > 1
+    processes (torchrun) every rank resumes, rank 0 alone writes, and a step counts the slowest
+    rank's seconds. `batches` is closed and `model` left in eval mode at the end."""
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=recipe.lr, betas=BETAS, weight_decay=0.0)
     progress = checkpoint.resume(model, optim, rng) if resume else None
     step, spent, history = (progress["step"], progress["spent"], progress["history"]) if progress else (0, 0.0, [])
+    validation = list(progress.get("validation", [])) if progress else []
+
+    def record_validation() -> None:
+        if validate is not None and (not validation or validation[-1][0] != step):
+            model.eval()
+            with torch.no_grad():
+                validation.append([step, round(float(validate()), 5)])
+            model.train()
+
     budget, max_steps = recipe.minutes * 60, recipe.max_steps
     keeps_checkpoint = world == 1 or dist.get_rank() == 0
     model.train()
@@ -112,12 +132,32 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
         spent += elapsed
         bar.n = step if max_steps else round(spent)
         bar.set_postfix(step=step, **postfix(history))
+        if validate_every and step % validate_every == 0:
+            record_validation()
         if keeps_checkpoint:
-            checkpoint.save_if_due(own_state, optim, rng, {"step": step, "spent": spent, "history": history})
+            checkpoint.save_if_due(own_state, optim, rng, {"step": step, "spent": spent, "history": history,
+                                                           "validation": validation})
+    record_validation()
     bar.close()
     batches.close()
     model.eval()
-    return step, spent, history
+    return Fitted(step, spent, history, validation)
+
+
+def converged(validation: list, tolerance: float = 0.01, tail: float = 0.2) -> dict:
+    """The manifest's verdict on a validation curve [(step, loss), ...]: "trained enough" when the
+    loss changed by less than `tolerance` (relative) over the last `tail` of the steps, "capped"
+    otherwise (more steps would still have moved it); None where the curve is too short to say."""
+    if len(validation) < 2:
+        return {"verdict": None, "why": "fewer than two validation points"}
+    last_step, last_loss = validation[-1]
+    start = last_step - tail * last_step
+    earlier = [loss for s, loss in validation if s <= start]
+    if not earlier:
+        return {"verdict": None, "why": f"no validation point before the last {tail:.0%} of the steps"}
+    change = abs(last_loss - earlier[-1]) / abs(earlier[-1])
+    return {"verdict": "trained enough" if change < tolerance else "capped",
+            "relative_change": round(change, 4), "over_last": tail, "tolerance": tolerance}
 
 
 def provenance(out: Path, commit: str) -> dict:

@@ -81,6 +81,8 @@ class Eagle3Options(LoopOptions):
                               "weight against the token loss (EAGLE-1's constraint put back, an ablation; 0: "
                               "EAGLE-3's objective)")
     fp32: bool = opt(False, "float32 matrix products (by default bfloat16 autocast over fp32 weights)")
+    heldout_every: int = opt(0, "every N steps (and after the last), the run's own loss on VALIDATION_SEQUENCES "
+                             "held-out sequences, recorded with a verdict: trained enough or capped (0: never)")
     minutes: float = opt(60.0, "wall-clock budget in minutes")
     lr: float = opt(1e-3, "peak learning rate")
     device: str = opt("cpu", DEVICE + "; each rank on its own under torchrun")
@@ -96,6 +98,8 @@ class Eagle3Options(LoopOptions):
                            "(a frozen random readout would teach nothing)")
         if self.fc_init == "high" and self.taps != "fused":
             raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
+        if self.heldout_every < 0:
+            raise LabError(f"--heldout-every must be 0 (never) or a number of steps, not {self.heldout_every}")
         if self.feature_loss < 0:
             raise LabError(f"--feature-loss must be 0 (EAGLE-3's objective) or a positive weight, "
                            f"not {self.feature_loss}")
