@@ -13,6 +13,10 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
+from . import ablation
+from .drafters.heads import head_manifest
+from .intervals import wilson
+from .train.eagle3 import ttt_attention_mask
 from .trees import DraftTree
 from .verify.lossless import verify_chain
 
@@ -125,3 +129,64 @@ def check_ancestor_mask(fn: Callable, trees: int = 200, seed: int = 0) -> None:
                     f"node {j} is not an ancestor of node {i} (a sibling, cousin or descendant): hide it")
             raise ExerciseError(f"parents {parents}: mask[{i}, {j}] is {bool(got[i, j])}; {what}")
     print(f"ancestor_mask: equals DraftTree.ancestor_mask on {trees} random trees")
+
+
+def check_ttt_mask(fn: Callable) -> None:
+    """`fn(positions, steps)` must return the bool [steps*T, steps*T] mask of training-time test
+    (rows and columns step by step), equal to `ttt_attention_mask` (notebook 06)."""
+    for positions, steps in ((1, 1), (4, 1), (3, 2), (6, 3), (5, 7)):
+        want = ttt_attention_mask(positions, steps)
+        got = torch.as_tensor(fn(positions, steps)).bool()
+        if tuple(got.shape) != tuple(want.shape):
+            raise ExerciseError(f"T = {positions}, S = {steps}: expected a {tuple(want.shape)} mask, got "
+                                f"{tuple(got.shape)}")
+        if not torch.equal(got, want):
+            row, col = [int(v) for v in torch.nonzero(got != want)[0]]
+            (s, t), (r, u) = divmod(row, positions), divmod(col, positions)
+            what = (f"step {s} at index {t} must see the true context up to index {t}" if r == 0 and want[row, col]
+                    else f"step {s} at index {t} must see its own chain's earlier step {r} (same index)"
+                    if want[row, col] else f"step {s} at index {t} must not see step {r} at index {u}")
+            raise ExerciseError(f"T = {positions}, S = {steps}: mask[{row}, {col}] is {bool(got[row, col])}; {what}")
+    print("ttt_mask: equals the library's training-time-test mask for S = 1, 2, 3 and 7")
+
+
+def check_n_alpha_interval(fn: Callable) -> None:
+    """`fn(evaluation, depth)` must return (hits, chains, low, high) for n-alpha at `depth`: the
+    chains (those right at every earlier depth) as recorded, the hits recovered from the rounded
+    rate, and their Wilson 95% interval (notebook 06). Checked on two shipped heads' manifests
+    and on a small count, where the interval's formula matters most."""
+    small = {"n_alpha_by_depth": {"rate": [0.8, 0.0667], "chains": [40, 30], "hits": [32, 2],
+                                  "ci95": [list(wilson(32, 40)), list(wilson(2, 30))]}}
+    cases = [(head_manifest(name)["evaluation"], depth) for name in ("eagle1", "eagle3-full") for depth in (1, 2, 6)]
+    for evaluation, depth in cases + [(small, 1), (small, 2)]:
+        recorded = evaluation["n_alpha_by_depth"]
+        chains, hits = recorded["chains"][depth - 1], recorded["hits"][depth - 1]
+        low, high = recorded["ci95"][depth - 1]
+        got = fn({**evaluation, "n_alpha_by_depth": {k: recorded[k] for k in ("rate", "chains")}}, depth)
+        if (int(got[0]), int(got[1])) != (hits, chains):
+            raise ExerciseError(f"depth {depth}: expected {hits} hits of {chains} chains (hits = rate x chains, "
+                                f"rounded to a whole number), got {got[0]} of {got[1]}")
+        if max(abs(float(got[2]) - low), abs(float(got[3]) - high)) > 2e-4:
+            raise ExerciseError(f"{hits} of {chains}: expected the Wilson interval [{low:.4f}, {high:.4f}], got "
+                                f"[{float(got[2]):.4f}, {float(got[3]):.4f}] (the normal approximation "
+                                f"p ± 1.96·sqrt(p(1-p)/n) is not it)")
+    print("n_alpha_interval: counts and Wilson intervals match on two shipped heads and on small counts")
+
+
+def check_isolating_pairs(fn: Callable) -> None:
+    """`fn(manifests)` (six heads' manifests, by name) must return {"feature loss": (a, b),
+    "training-time test": (a, b)}: two heads whose whole recipes, every stage included, differ
+    in that factor alone (notebook 06)."""
+    names = [*ablation.FIG4.values(), ablation.TABLE2[-1][1], "ablation-token-s1"]
+    manifests = {name: head_manifest(name) for name in names}
+    answer = fn(manifests)
+    for factor, option in (("feature loss", "feature_loss"), ("training-time test", "ttt_steps")):
+        if factor not in answer:
+            raise ExerciseError(f"return a pair for {factor!r}")
+        a, b = answer[factor]
+        found = ablation.differences(manifests[a], manifests[b])
+        if found != {option}:
+            raise ExerciseError(f"{factor}: {a} and {b} differ in {sorted(found) or 'nothing'}, not only in "
+                                f"{option}" + (" (their numbers of stages differ: compare every stage, "
+                                               "following each manifest's init)" if "stages" in found else ""))
+    print("isolating_pairs: each pair differs in its factor alone, every stage included")

@@ -1,4 +1,4 @@
-"""Command line: `python -m lab {bench,generate,endtoend,quality,data,train,evaluate,export,tune,run} ...`
+"""Command line: `python -m lab {bench,generate,endtoend,quality,data,train,evaluate,tau,export,tune,run} ...`
 (see --help of each). Every command's options are one dataclass whose fields make its flags
 (lab/options.py); the decoding commands' live in lab/bench/options.py."""
 from __future__ import annotations
@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from .artifacts import repo_path
+from .artifacts import command_line, git_commit, machine, repo_path, write_json
 from .bench import (METHODS, drafting_line, format_table, load_setup, make_drafter, profiled, run_bench,
                     verification_line)
 from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
-from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive
-from .costmodel import choice_path, choice_row, tune
-from .data import chat_ids, load_prompts, prompts_file
+from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive, tree_triple
+from .costmodel import choice_path, choice_row, tau_at_tree, tune
+from .data import chat_ids, load_prompts, mt_bench, prompts_file
 from .decode import decode
 from .drafters.eagle3 import export_head
 from .drafters.heads import check_head, head_names, head_path, load_head
@@ -55,6 +55,17 @@ class EvaluateOptions:
     split: str = opt("heldout", "score the held-out prompts (written under \"evaluation\") or the first training "
                                 "prompts (under \"evaluation_train\": the gap shows what is memorised)",
                      choices=["heldout", "train"])
+
+
+@dataclass
+class TauOptions:
+    name: list = opt([], "data/eagle/NAME.safetensors, one or more", positional=True, nargs="+")
+    tree: tuple = opt((4, 6, 24), "the dynamic tree depth,top-k,total every head drafts", parse=tree_triple)
+    first: int = opt(30, "the first MT-Bench question (30: past the benchmark's 10 and the tuning's 20)")
+    prompts: int = opt(20, "MT-Bench questions, from --first on", parse=positive)
+    positions: int = opt(320, "root positions, the same for every head", parse=positive)
+    max_new_tokens: int = opt(128, "length of the target's greedy answers", parse=positive)
+    json: str | None = opt(None, "write the result here (per head: tau and tau per prompt)", required=True)
 
 
 @dataclass
@@ -166,6 +177,24 @@ def _evaluate(args: argparse.Namespace) -> None:
               f"under \"{'evaluation' if o.split == 'heldout' else 'evaluation_train'}\"", flush=True)
 
 
+def _tau(args: argparse.Namespace) -> None:
+    o = from_args(TauOptions, args)
+    missing = [name for name in o.name if not head_path(name).exists()]
+    if missing:
+        raise LabError(f"no head file data/eagle/{missing[0]}.safetensors: train it (`python -m lab run --list` "
+                       f"names the experiment that makes it) or choose among {', '.join(head_names())}")
+    target = load_target()
+    taus = tau_at_tree(target, load_tokenizer(), {name: load_head(target, name) for name in o.name}, o.tree,
+                       prompts=mt_bench()[o.first:o.first + o.prompts], max_new_tokens=o.max_new_tokens,
+                       positions=o.positions)
+    write_json(Path(o.json), {"command": command_line(), "commit": git_commit(), "machine": machine(),
+                              "options": recorded(o), "heads": taus})
+    for name, row in taus.items():
+        print(f"{name}: tau {row['tau']:.3f} at tree {','.join(map(str, o.tree))} over {o.positions} positions "
+              f"of {len(row['by_prompt'])} prompts")
+    print(f"written to {o.json}")
+
+
 def _run(args: argparse.Namespace) -> None:
     o = from_args(RunOptions, args)
     if o.list:
@@ -229,6 +258,8 @@ COMMANDS = {  # name: (help, options, handler)
     "generate": ("stream one answer, coloured by token origin", GenerateOptions, _generate),
     "data": ("build the regenerated ShareGPT training set", DataOptions, _data),
     "evaluate": ("score saved draft heads with the one held-out evaluator", EvaluateOptions, _evaluate),
+    "tau": ("tau of each head's dynamic tree at the same root positions of MT-Bench answers, per prompt",
+            TauOptions, _tau),
     "export": ("write a trained EAGLE-3 head in the layout serving engines load", ExportOptions, _export),
     "tune": ("choose the EAGLE tree size for this machine (cost model)", TuneOptions, _tune),
     "endtoend": ("bench on several datasets and temperatures into one JSON that a rerun resumes (notebook 08)",

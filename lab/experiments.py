@@ -161,7 +161,10 @@ EXPERIMENTS: dict[str, Experiment] = {
         *(_ablation_head(f"ablation-{first}-s1", f"--ttt-steps 1 {options}")
           for first, options in ABLATION_STAGE1.items()),
         *(_ablation_head(f"ablation-{name}", f"--init ablation-{first}-s1 {ABLATION_STAGE1[first]} {ttt}")
-          for name, (first, ttt) in ABLATION_STAGE2.items()))),
+          for name, (first, ttt) in ABLATION_STAGE2.items()),
+        _step("data/results/eagle3_ablation_tau.json",
+              "tau " + " ".join(f"ablation-{name}" for name in ABLATION_STAGE2) + " eagle3-full eagle1 "
+              "--json data/results/eagle3_ablation_tau.json"))),
     # ---- trees --------------------------------------------------------------------------------
     "tune": Experiment("the tree size of every shipped head on this machine (float32 and bfloat16)", 60, (
         _step("data/eagle/tree_choice.json", "tune tree"),

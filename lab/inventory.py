@@ -74,28 +74,29 @@ def _head_entry(names: str, what: str, *users: tuple[str, str]) -> Entry:
     return Entry(f"eagle/{names}.safetensors", what, _head, users)
 
 
+FINDINGS_HEADS = ("eagle1-short", "ce-top", "ttt-top", "eagle3-short", "eagle3-s1", "eagle3-s3", "eagle3-cur",
+                  "eagle3-cur-even", "eagle3-s1-learned", "eagle3-s1-feature", "eagle3-s1-800", "eagle3-s1-feature-800",
+                  "eagle3-s1-1600", "eagle3-s1-feature-1600", "eagle3-full-s1", "eagle3-ttt-learned")
+
 HEADS = (
     _head_entry("eagle1", "the shipped CPU-trained EAGLE-1 head",
-                (NB05, 'load_head(target, "eagle1")'), ("tests/test_bench.py", '"eagle1"')),
+                (NB05, 'load_head(target, "eagle1")'), (NB06, '"eagle1"'), ("tests/test_bench.py", '"eagle1"')),
     _head_entry("eagle1-gpu", "the EAGLE-1 head trained on the lent GPU: the demo's and the exact bar's head",
-                ("Makefile", "--eagle-head eagle1-gpu"), (NB06, '"eagle1-gpu"')),
+                ("Makefile", "--eagle-head eagle1-gpu")),
     _head_entry("eagle3-full", "the shipped EAGLE-3 head", (NB06, '"eagle3-full"'),
                 ("tests/test_evaluate.py", "eagle3-full")),
-    _head_entry("eagle3-gpu", "the EAGLE-3 head trained on the lent GPU", (NB06, '"eagle3-gpu"')),
-    _head_entry("eagle3", "the EAGLE-3 head trained on the 0.6M-token set", (NB06, '"eagle3")')),
+    _head_entry("eagle3-gpu", "the EAGLE-3 head trained on the lent GPU, of the GPU heads' benchmark",
+                ("lab/experiments.py", "--eagle3-head eagle3-gpu")),
+    _head_entry("eagle3-curriculum", "the curriculum head of its benchmark",
+                ("lab/experiments.py", '_eagle3_benches("eagle3-curriculum"')),
+    _head_entry("eagle3", "the EAGLE-3 head trained on the 0.6M-token set, of its tuned tree",
+                ("lab/experiments.py", "--head eagle3 --name eagle3")),
     _head_entry("*-greedy", "notebook 04's three variants trained on greedy answers",
                 (NB04, 'load_head(target, f"{v}-{text}")')),
     _head_entry("*-sampled", "notebook 04's three variants trained on answers sampled at T = 1",
                 (NB04, 'load_head(target, f"{v}-{text}")')),
-    _head_entry("*-data1of*", "the data-scaling sweep: each kind on 1/8 to all of the prompts",
-                (NB06, 'load(f"{kind}-data1of{f}")')),
-    *(_head_entry(name, "a one-factor ablation head of notebook 06", (NB06, f'"{name}"'))
-      for name in ("eagle1-short", "ce-top", "ttt-top", "eagle3-short", "eagle3-s1", "eagle3-s3", "eagle3-v16k",
-                   "eagle3-cur", "eagle3-cur-even", "eagle3-curriculum", "eagle3-s1-learned", "eagle3-s1-feature",
-                   "eagle3-s1-800", "eagle3-s1-feature-800", "eagle3-s1-1600", "eagle3-s1-feature-1600")),
-    *(_head_entry(name, "evidence for the EAGLE-3 chapter, scored by the documented evaluate command",
-                  ("docs/findings.md", f"python -m lab evaluate {name}"))
-      for name in ("eagle3-full-s1", "eagle3-ttt-learned")),
+    *(_head_entry(name, "a head behind a finding, re-scored by the command docs/findings.md gives",
+                  ("docs/findings.md", name)) for name in FINDINGS_HEADS),
 )
 
 ENTRIES: tuple[Entry, ...] = (

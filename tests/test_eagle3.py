@@ -363,10 +363,13 @@ def test_a_frozen_readout_stays_the_targets_while_the_layer_learns(tiny, tmp_pat
 def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkeypatch):
     import lab.train.checkpoint as checkpoint
     out = tmp_path / "head3.safetensors"
-    train_eagle3(Eagle3Options(max_steps=45, lr=1e-2, eval_prompts=1, draft_vocab=2048, batch=2, ttt_steps=2),
-                 target=tiny, data=small_set(), out=out, progress=False)
+    train_eagle3(Eagle3Options(max_steps=45, lr=1e-2, eval_prompts=1, draft_vocab=2048, batch=2, ttt_steps=2,
+                               heldout_every=15), target=tiny, data=small_set(), out=out, progress=False)
     manifest = json.loads(out.with_suffix(".json").read_text())
     assert manifest["steps"] == 45 and len(manifest["evaluation"]["top1_by_depth"]["rate"]) == 6
+    validation = manifest["validation_loss"]  # the held-out loss every 15 steps, and the verdict on it
+    assert [step for step, _ in validation["curve"]] == [15, 30, 45]
+    assert validation["verdict"] in ("trained enough", "capped") and validation["relative_change"] >= 0
     assert manifest["loss_last_20"]["ce_by_step"][0] < manifest["loss_first_20"]["ce_by_step"][0]
     assert manifest["draft_vocab"]["size"] == 2048 and manifest["feature_cache"][0]["gigabytes"] >= 0
     head = load_head(tiny, path=out)
@@ -454,12 +457,14 @@ def test_tau_at_a_fixed_tree_gives_each_head_its_own_layers(target, tokenizer):
     for name, head in heads.items():
         seqs = greedy_continuations(target, tokenizer, prompts, 24, head.feature_layers)
         alone = measure_trees(head, seqs, draft_positions(seqs, 12, 0), depths=(3,), top_ks=(2,), sizes=(4,))
-        assert shared[name] == alone["dynamic"][0]["tau"] > 1.2, name
+        assert shared[name]["tau"] == pytest.approx(alone["dynamic"][0]["tau"]) and shared[name]["tau"] > 1.2, name
+        by_prompt = shared[name]["by_prompt"]
+        assert sum(r["positions"] for r in by_prompt) == 12
     # the check can fail: the EAGLE-3 head fed its layers in the wrong order drafts worse trees
     wrong = heads["eagle3"]
     wrong.feature_layers = tuple(reversed(wrong.feature_layers))
     assert tau_at_tree(target, tokenizer, {"wrong": wrong}, tree, prompts=prompts, max_new_tokens=24,
-                       positions=12)["wrong"] < shared["eagle3"]
+                       positions=12)["wrong"]["tau"] < shared["eagle3"]["tau"]
 
 
 def test_a_short_disk_fails_before_the_first_chunk(tiny, tmp_path, monkeypatch):

@@ -11,7 +11,8 @@ from lab.data import RegenSet, load_regen
 from lab.drafters.eagle3 import Eagle3Head
 from lab.drafters.heads import HEAD_DIR
 from lab.train.eagle import MAX_LEN
-from lab.train.evaluate import EVALUATOR_VERSION, MIN_CHAINS, DepthTally, evaluate, heldout_indices, wilson
+from lab.intervals import wilson
+from lab.train.evaluate import EVALUATOR_VERSION, MIN_CHAINS, DepthTally, evaluate, heldout_indices
 
 
 class OracleHead(Eagle3Head):

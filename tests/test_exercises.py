@@ -4,7 +4,8 @@ import nbformat
 import pytest
 import torch
 
-from lab.check import ExerciseError, check_ancestor_mask, check_eagle_input, check_verify_chain
+from lab.check import (ExerciseError, check_ancestor_mask, check_eagle_input, check_isolating_pairs,
+                       check_n_alpha_interval, check_ttt_mask, check_verify_chain)
 from lab.errors import LabError
 from lab.exercises import EXERCISES_DIR, NOTEBOOKS_DIR, solution_cells, stale, stub_functions, student_copy
 
@@ -25,9 +26,9 @@ def test_the_committed_student_copies_are_up_to_date():
     assert stale() == [], "run `make exercises`"
 
 
-def test_notebooks_02_04_05_have_exercises_and_their_copies_are_stubs():
+def test_notebooks_02_04_05_06_have_exercises_and_their_copies_are_stubs():
     names = {p.name[:2] for p in EXERCISES_DIR.glob("*.ipynb")}
-    assert {"02", "04", "05"} <= names
+    assert {"02", "04", "05", "06"} <= names
     for path in EXERCISES_DIR.glob("*.ipynb"):
         notebook = nbformat.read(path, as_version=4)
         assert not solution_cells(notebook)
@@ -117,3 +118,37 @@ def test_a_student_copy_drops_outputs_and_retags():
     copy = student_copy(notebook)
     assert copy.cells[0].metadata["tags"] == ["exercise"] and "NotImplementedError" in copy.cells[0].source
     assert copy.cells[1].outputs == [] and copy.cells[1].source == "print(f())"
+
+
+def test_a_ttt_mask_without_the_chain_diagonal_fails_its_check():
+    def causal_only(positions, steps):
+        mask = torch.zeros(steps * positions, steps * positions, dtype=torch.bool)
+        for s in range(steps):
+            mask[s * positions:(s + 1) * positions, :positions] = torch.tril(torch.ones(positions, positions)).bool()
+        return mask
+    with pytest.raises(ExerciseError, match="its own chain's earlier step"):
+        check_ttt_mask(causal_only)
+    check_ttt_mask(REFERENCE["ttt_mask"])
+
+
+def test_the_normal_approximation_fails_the_interval_check():
+    def normal(evaluation, depth):
+        series = evaluation["n_alpha_by_depth"]
+        chains = series["chains"][depth - 1]
+        hits = round(series["rate"][depth - 1] * chains)
+        p = hits / chains
+        half = 1.96 * (p * (1 - p) / chains) ** 0.5
+        return hits, chains, p - half, p + half
+    with pytest.raises(ExerciseError, match="Wilson"):
+        check_n_alpha_interval(normal)
+    check_n_alpha_interval(REFERENCE["n_alpha_interval"])
+
+
+def test_a_pair_that_differs_in_two_options_or_in_stages_fails_the_pairs_check():
+    with pytest.raises(ExerciseError, match="feature_loss"):  # differs in the loss and in TTT
+        check_isolating_pairs(lambda manifests: {"feature loss": ("ablation-feature-plain", "ablation-token-ttt"),
+                                                 "training-time test": ("ablation-token-plain", "ablation-token-ttt")})
+    with pytest.raises(ExerciseError, match="numbers of stages differ"):  # a first stage against a whole head
+        check_isolating_pairs(lambda manifests: {"feature loss": ("ablation-feature-plain", "ablation-token-plain"),
+                                                 "training-time test": ("ablation-token-s1", "ablation-token-plain")})
+    check_isolating_pairs(REFERENCE["isolating_pairs"])

@@ -171,26 +171,33 @@ def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> f
 
 
 
-def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head], tree: tuple[int, int, int],
-                prompts=None, max_new_tokens: int = 128, positions: int = 160, seed: int = 0) -> dict[str, float]:
-    """tau of each head's dynamic tree of shape `tree` (depth, top-k, total tokens), counted
+def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head],
+                tree: tuple[int, int, int] | dict[str, tuple[int, int, int]], prompts=None, max_new_tokens: int = 128,
+                positions: int = 160, seed: int = 0) -> dict[str, dict]:
+    """tau of each head's dynamic tree of shape `tree` (depth, top-k, total tokens; or a shape per
+    head), counted
     offline as `tune` screens trees (at uniformly drawn roots): on the target's greedy
     continuations of `prompts` (default: the tuning prompts, MT-Bench 10-29), at the same
     `positions` root positions for every head, so heads of either kind are compared on
-    identical text. The continuations are decoded once, with every layer any head reads."""
+    identical text. The continuations are decoded once, with every layer any head reads.
+    Per head: {"tau": the mean over all positions, "by_prompt": [{"positions", "tau"}] per
+    prompt that has roots}, the per-prompt figures for a paired comparison over prompts."""
     prompts = mt_bench()[10:30] if prompts is None else prompts
     layers = sorted({layer for head in heads.values() for layer in head.feature_layers})
     seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, tuple(layers))
     picks = draft_positions(seqs, positions, seed)
+    by_prompt = [[p for p in picks if p[0] == s] for s in range(len(seqs))]
     width = target.config.hidden_size
-    depth, top_k, total = tree
     out = {}
     for name, head in heads.items():
+        depth, top_k, total = tree[name] if isinstance(tree, dict) else tree
         # this head's layers, in its own order, out of the concatenation of all of them
         columns = torch.cat([torch.arange(width) + layers.index(layer) * width for layer in head.feature_layers])
         own = [replace(c, features=c.features[:, columns]) for c in seqs]
-        rows = measure_trees(head, own, picks, depths=(depth,), top_ks=(top_k,), sizes=(total,))["dynamic"]
-        out[name] = rows[0]["tau"]
+        rows = [{"positions": len(ps), "tau": measure_trees(head, own, ps, depths=(depth,), top_ks=(top_k,),
+                                                            sizes=(total,))["dynamic"][0]["tau"]}
+                for ps in by_prompt if ps]
+        out[name] = {"tau": sum(r["tau"] * r["positions"] for r in rows) / len(picks), "by_prompt": rows}
     return out
 
 

@@ -23,7 +23,6 @@ Version 1 (the EAGLE-3 evaluator before it) graded a sequence longer than the tr
 """
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from ..drafters.eagle1 import EagleHead
 from ..drafters.eagle3 import Eagle3Head, feature_layers
 from ..drafters.heads import load_head
 from ..errors import LabError
+from ..intervals import wilson
 from ..target.load import load_target
 from .features import FeatureSet, target_features
 
@@ -44,16 +44,6 @@ EVALUATOR_VERSION = 2
 EVAL_DEPTHS = 6
 RANKS = 10        # depth-1 accuracy of each of the top RANKS tokens (it shapes static trees)
 MIN_CHAINS = 30   # n-alpha is "not measured" where fewer chains were right up to the depth before
-
-
-def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
-    """The Wilson score interval of a binomial proportion (95% at z = 1.96); None for n = 0."""
-    if n == 0:
-        return None
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def heldout_indices(data: RegenSet, first: int = HELDOUT_PROMPTS) -> list[int]:

@@ -46,25 +46,27 @@ def plot_bench(result: dict, path: str | Path | None = None):
     return fig
 
 
-def plot_by_depth(reports: dict[str, dict], path: str | Path | None = None, title: str = ""):
-    """Held-out top-1 agreement and n-alpha by draft depth with their Wilson 95% intervals, one
-    line per head. `reports` maps a label to a `lab.train.evaluate` report; labels containing
-    "shipped" are drawn dashed; n-alpha where too few chains remain is left out."""
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
-    for i, (label, r) in enumerate(reports.items()):
-        style = "o--" if "shipped" in label else "o-"
-        for panel, series in zip(ax, (r["top1_by_depth"], r["n_alpha_by_depth"])):
-            d = np.arange(1, len(series["rate"]) + 1)
-            rate = np.array([np.nan if x is None else x for x in series["rate"]])
-            low = np.array([np.nan if c is None else c[0] for c in series["ci95"]])
-            high = np.array([np.nan if c is None else c[1] for c in series["ci95"]])
-            panel.errorbar(d, rate, yerr=[rate - low, high - rate], fmt=style, color=f"C{i}", capsize=3, label=label)
-            panel.set_xticks(d)
-    ax[0].set(xlabel="draft depth d", ylabel="top-1 agreement with the target",
-              title="Accuracy after d-1 of the head's own states")
-    ax[1].set(xlabel="draft depth n", ylabel="n-α  (acceptance given depths < n accepted)",
-              title="EAGLE's n-α (shown where at least 30 chains remain)")
-    ax[0].legend(fontsize=8)
+def plot_n_alpha(panels: dict[str, dict[str, dict]], path: str | Path | None = None, title: str = ""):
+    """n-alpha by draft depth with Wilson 95% intervals and, beside each point, its count of
+    chains: one panel per entry of `panels` (a title -> {label: a `lab.train.evaluate` report}).
+    Depths where too few chains remain are left out, as the evaluator leaves them unmeasured."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), sharey=True, squeeze=False)
+    for ax, (panel_title, reports) in zip(axes[0], panels.items()):
+        for i, (label, report) in enumerate(reports.items()):
+            series = report["n_alpha_by_depth"]
+            shown = [d for d, (rate, ok) in enumerate(zip(series["rate"], series["measured"]))
+                     if ok and rate is not None]
+            depth = np.array(shown) + 1 + (i - (len(reports) - 1) / 2) * 0.08  # side by side, not on top
+            rate = np.array([series["rate"][d] for d in shown])
+            low, high = (np.array([series["ci95"][d][k] for d in shown]) for k in (0, 1))
+            ax.errorbar(depth, rate, yerr=[rate - low, high - rate], fmt="o-", color=f"C{i}", capsize=3, label=label)
+            for x, y, d in zip(depth, rate, shown):
+                ax.annotate(f"{series['chains'][d]:,}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8,
+                            color=f"C{i}")
+        ax.set(xlabel="draft depth n", title=panel_title)
+        ax.set_xticks(range(1, 1 + max(len(r["n_alpha_by_depth"]["rate"]) for r in reports.values())))
+        ax.legend(fontsize=9)
+    axes[0][0].set_ylabel("n-α: accepted at depth n, given depths < n accepted")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -1,0 +1,35 @@
+"""The intervals the chapters print beside small samples: Wilson's for a proportion, and a paired
+bootstrap over prompts for the difference of two methods measured on the same prompts."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The Wilson score interval of a binomial proportion (95% at z = 1.96); None for n = 0."""
+    if n == 0:
+        return None
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def paired_bootstrap(weights: list[float], a: list[float], b: list[float], draws: int = 4000, level: float = 0.95,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """(difference, low, high): the weighted mean of `b` minus that of `a` over groups measured on
+    both (a prompt's positions: `weights[i]` of them, with means `a[i]` and `b[i]`), and its
+    percentile interval from resampling whole groups with replacement. Positions of one prompt
+    are correlated (one text, one topic), so the prompt, not the position, is the unit drawn:
+    resampling positions would give an interval that is too narrow."""
+    w, a, b = (np.asarray(x, dtype=float) for x in (weights, a, b))
+    if not len(w) == len(a) == len(b) or len(w) < 2:
+        raise ValueError("paired_bootstrap needs the same two or more groups measured by both")
+    picks = np.random.default_rng(seed).integers(0, len(w), size=(draws, len(w)))
+    ww = w[picks]
+    diffs = (ww * (b[picks] - a[picks])).sum(1) / ww.sum(1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(diffs, [tail, 100 - tail])
+    return float((w * (b - a)).sum() / w.sum()), float(low), float(high)
