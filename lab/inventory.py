@@ -24,7 +24,6 @@ from .judge.sweep import QUALITY_FILE
 from .paths import DATA_DIR, KERNEL_BENCH_DIR, ROOT
 from .results import bench_files
 from .target.load import draft_path
-from .train.time_steps import STEPS_PATH
 
 NB02 = "notebooks/02_rejection_sampling.ipynb"
 NB03, NB04, NB05, NB06 = ("notebooks/03_vanilla_speculative_decoding.ipynb", "notebooks/04_eagle_feature_drift.ipynb",
@@ -104,8 +103,6 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("eagle/tree_choice*.json", "a tuned tree (one per head and dtype)", _tree_choice,
           (("lab/costmodel/choice.py", "tuned = json.loads(path.read_text())"),
            ("tests/test_evaluate.py", "tree_choice"))),
-    Entry("eagle/trainer_steps.json", "the seconds of one training step of each trainer", lambda p: STEPS_PATH,
-          (("docs/findings.md", "data/eagle/trainer_steps.json"),)),
     Entry("eagle/*.json", "a head's manifest (a head without weights ships its manifest alone)", _head_manifest,
           (RESULTS_PAGE, ("lab/drafters/heads.py", "def head_manifest("))),
     Entry("drafts/draft_*l.*", "a distilled draft model of notebook 03 and its manifest", _draft,

@@ -537,11 +537,3 @@ def test_the_feature_loss_pulls_each_step_towards_the_top_feature_of_its_label(t
     with pytest.raises(LabError, match="--feature-loss"):
         train_eagle3(Eagle3Options(max_steps=1, feature_loss=-1.0), target=tiny, data=small_set(), out=out,
                      progress=False)
-
-
-def test_the_trainer_timing_refuses_a_missing_or_unknown_commit_in_one_line():
-    from lab.train.time_steps import main
-    with pytest.raises(LabError, match="--against COMMIT"):
-        main([])
-    with pytest.raises(LabError, match="cannot check out 'no-such-commit'"):
-        main(["--against", "no-such-commit"])

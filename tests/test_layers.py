@@ -119,9 +119,8 @@ def test_a_planted_upward_import_is_found(tmp_path):
 
 
 # Where a module of the lab may be imported inside a function: the Triton kernels (an optional
-# dependency a CPU without Triton must not load) and the trainer timing, which imports the code of
-# another commit in a child process.
-LAZY_ALLOWED = {"lab/decode.py": {"lab.kernels"}, "lab/train/time_steps.py": None}
+# dependency a CPU without Triton must not load).
+LAZY_ALLOWED = {"lab/decode.py": {"lab.kernels"}}
 
 
 def lazy_lab_imports(root: Path) -> list[str]:
@@ -137,8 +136,7 @@ def lazy_lab_imports(root: Path) -> list[str]:
                 if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("lab")):
                     base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
                     module = ".".join(base + ([node.module] if node.module else []))
-                    allowed = LAZY_ALLOWED.get(relative, set())
-                    if allowed is not None and not any(module.startswith(a) for a in allowed):
+                    if not any(module.startswith(a) for a in LAZY_ALLOWED.get(relative, ())):
                         found.append(f"{relative}: {module}")
     return found
 
