@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .artifacts import write_json
 from .errors import LabError
 from .paths import ROOT
 
@@ -264,6 +265,16 @@ def _python_lab(command: str) -> list[str]:
     return [sys.executable, "-m", "lab", *command.split()]
 
 
+def stamp(out: Path, name: str) -> None:
+    """Write the experiment's name into what a step made: its JSON file, or the manifest beside a
+    head's weights (so a file says which experiment makes it again)."""
+    manifest = out if out.suffix == ".json" else out.with_suffix(".json")
+    if manifest.exists():
+        record = json.loads(manifest.read_text())
+        if record.get("experiment") != name:
+            write_json(manifest, {**record, "experiment": name})
+
+
 def run(name: str, force: bool = False, dry_run: bool = False) -> list[str]:
     """Run the experiment `name` step by step (see the module's docstring); return the commands run
     (or, with `dry_run`, those that would run)."""
@@ -279,6 +290,8 @@ def run(name: str, force: bool = False, dry_run: bool = False) -> list[str]:
             print(f"[run] {ran[-1]}", flush=True)
             if not dry_run:
                 subprocess.run(_python_lab(command), cwd=ROOT, check=True)
+        if not dry_run:
+            stamp(ROOT / step.out, name)
     return ran
 
 

@@ -321,8 +321,8 @@ def render_results() -> str:
     for path, result in benches:
         lines += _bench_section(path, result)
     if skipped:
-        lines += ["Skipped (no `methods` key, so not a benchmark result): "
-                  + ", ".join(f"`{repo_path(p)}`" for p, _ in skipped) + ".", ""]
+        lines += ["Other results here (no `methods` key: not a benchmark table; a chapter reads them): "
+                  + ", ".join(f"`{repo_path(p)}` ({rerun_line(p)})" for p, _ in skipped) + ".", ""]
     return "\n".join(lines + _end_to_end() + _judge_quality() + _notebooks() + _catalogue()
                      + _tree_choices()).rstrip() + "\n"
 

@@ -54,6 +54,28 @@ def test_a_step_whose_file_exists_is_skipped_and_force_redoes_it(monkeypatch, tm
         run("nope")
 
 
+def test_the_runner_stamps_the_experiment_into_what_each_step_made(monkeypatch, tmp_path):
+    import json
+
+    import lab.experiments as experiments
+    monkeypatch.setattr(experiments, "ROOT", tmp_path)
+    made = []
+
+    def fake_run(command, cwd, check):  # each step "makes" its file, as a trainer writes a head and its manifest
+        out = {"head": "h.safetensors", "result": "r.json"}[command[-1]]
+        (tmp_path / out).write_text("weights")
+        (tmp_path / out).with_suffix(".json").write_text(json.dumps({"command": command[-1]}))
+        made.append(out)
+
+    monkeypatch.setattr(experiments.subprocess, "run", fake_run)
+    monkeypatch.setitem(EXPERIMENTS, "toy", Experiment("a toy", 1, (Step(("head",), "h.safetensors"),
+                                                                     Step(("result",), "r.json"))))
+    run("toy")
+    assert made == ["h.safetensors", "r.json"]
+    for name, command in (("h.json", "head"), ("r.json", "result")):
+        assert json.loads((tmp_path / name).read_text()) == {"command": command, "experiment": "toy"}
+
+
 def test_every_step_of_the_registry_names_a_file_under_data_or_figures():
     for name, experiment in EXPERIMENTS.items():
         assert experiment.steps and experiment.minutes > 0, name

@@ -49,6 +49,6 @@ def test_every_figure_the_readme_shows_was_made_by_a_recorded_run():
     from lab.paths import ROOT
     from lab.results import bench_files
     shown = set(re.findall(r"figures/([\w.-]+\.png)", (ROOT / "README.md").read_text()))
-    benches = {json.loads(p.read_text())["config"].get("figure") for p in bench_files()}
+    benches = {json.loads(p.read_text()).get("config", {}).get("figure") for p in bench_files()}
     made = figures.recorded_figures() | {f.removeprefix("figures/") for f in benches if f}
     assert shown and shown <= made, f"not made by any recorded run: {sorted(shown - made)}"
