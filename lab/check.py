@@ -153,8 +153,9 @@ def check_ttt_mask(fn: Callable) -> None:
 def check_n_alpha_interval(fn: Callable) -> None:
     """`fn(evaluation, depth)` must return (hits, chains, low, high) for n-alpha at `depth`: the
     chains (those right at every earlier depth) as recorded, the hits recovered from the rounded
-    rate, and their Wilson 95% interval (notebook 06). Checked on two shipped heads' manifests
-    and on a small count, where the interval's formula matters most."""
+    rate (exact while chains < 10,000: the rate has four decimals), and their Wilson 95% interval
+    (notebook 06). Checked on two shipped heads' manifests and on a small count, where the
+    interval's formula matters most."""
     small = {"n_alpha_by_depth": {"rate": [0.8, 0.0667], "chains": [40, 30], "hits": [32, 2],
                                   "ci95": [list(wilson(32, 40)), list(wilson(2, 30))]}}
     cases = [(head_manifest(name)["evaluation"], depth) for name in ("eagle1", "eagle3-full") for depth in (1, 2, 6)]
@@ -184,6 +185,9 @@ def check_isolating_pairs(fn: Callable) -> None:
         if factor not in answer:
             raise ExerciseError(f"return a pair for {factor!r}")
         a, b = answer[factor]
+        unknown = [name for name in (a, b) if name not in manifests]
+        if unknown:
+            raise ExerciseError(f"{factor}: {unknown[0]!r} is not one of the heads given: {', '.join(manifests)}")
         found = ablation.differences(manifests[a], manifests[b])
         if found != {option}:
             raise ExerciseError(f"{factor}: {a} and {b} differ in {sorted(found) or 'nothing'}, not only in "

@@ -3,7 +3,8 @@
 An experiment is data: a one-line purpose, roughly how long it takes on 2 cores, and a few steps,
 each a list of `python -m lab ...` commands and the file they make. A step whose file exists is
 skipped (delete the file, or pass `--force`, to redo it); a step whose command resumes by itself
-(it adds runs to its file) always runs. Every step runs in a process of its own, so an
+(it adds runs to its file) always runs. Either way the step's file (or a head's manifest) is
+stamped with the experiment's name. Every step runs in a process of its own, so an
 interrupted experiment resumes where it stopped. `python -m lab run --list` shows them all and
 which of their files exist; `python -m lab run --rerun FILE` reruns the command recorded inside
 any result file (`--dry-run` prints what would run).
@@ -284,6 +285,8 @@ def run(name: str, force: bool = False, dry_run: bool = False) -> list[str]:
     for step in EXPERIMENTS[name].steps:
         if (ROOT / step.out).exists() and not (force or step.resumes):
             print(f"[run] {step.out} exists: skipped (--force redoes it)", flush=True)
+            if not dry_run:
+                stamp(ROOT / step.out, name)
             continue
         for command in step.commands:
             ran.append(f"python -m lab {command}")

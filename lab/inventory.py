@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,8 +126,12 @@ def entry_of(path: Path) -> Entry | None:
 
 
 def data_files() -> list[Path]:
-    """Every file under data/ that git would ship (dot files and caches left out)."""
-    return sorted(p for p in DATA_DIR.rglob("*") if p.is_file() and not p.name.startswith("."))
+    """Every file under data/ that git would ship: dot files and what .gitignore leaves out (the
+    weights of heads that ship their manifests alone) are not."""
+    files = sorted(p for p in DATA_DIR.rglob("*") if p.is_file() and not p.name.startswith("."))
+    ignored = subprocess.run(["git", "check-ignore", "--stdin"], input="\n".join(map(str, files)), cwd=ROOT,
+                             capture_output=True, text=True).stdout.splitlines()
+    return [p for p in files if str(p) not in set(ignored)]
 
 
 def source_text(relative: str) -> str:

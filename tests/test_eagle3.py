@@ -460,6 +460,14 @@ def test_tau_at_a_fixed_tree_gives_each_head_its_own_layers(target, tokenizer):
         assert shared[name]["tau"] == pytest.approx(alone["dynamic"][0]["tau"]) and shared[name]["tau"] > 1.2, name
         by_prompt = shared[name]["by_prompt"]
         assert sum(r["positions"] for r in by_prompt) == 12
+    # a shape per head: the fixed tree for one, a smaller tree for the other, on the same positions
+    own = tau_at_tree(target, tokenizer, heads, {"eagle3": tree, "eagle1": (2, 2, 3)}, prompts=prompts,
+                      max_new_tokens=24, positions=12)
+    seqs = greedy_continuations(target, tokenizer, prompts, 24, heads["eagle1"].feature_layers)
+    smaller = measure_trees(heads["eagle1"], seqs, draft_positions(seqs, 12, 0), depths=(2,), top_ks=(2,), sizes=(3,))
+    assert own["eagle3"]["tau"] == pytest.approx(shared["eagle3"]["tau"])
+    assert own["eagle1"]["tau"] == pytest.approx(smaller["dynamic"][0]["tau"])
+    assert [r["prompt"] for r in own["eagle1"]["by_prompt"]] == [r["prompt"] for r in shared["eagle1"]["by_prompt"]]
     # the check can fail: the EAGLE-3 head fed its layers in the wrong order drafts worse trees
     wrong = heads["eagle3"]
     wrong.feature_layers = tuple(reversed(wrong.feature_layers))

@@ -145,7 +145,7 @@ def test_the_normal_approximation_fails_the_interval_check():
 
 
 def test_a_pair_that_differs_in_two_options_or_in_stages_fails_the_pairs_check():
-    with pytest.raises(ExerciseError, match="feature_loss"):  # differs in the loss and in TTT
+    with pytest.raises(ExerciseError, match="ttt_steps"):  # differs in the loss and in TTT: the second is named
         check_isolating_pairs(lambda manifests: {"feature loss": ("ablation-feature-plain", "ablation-token-ttt"),
                                                  "training-time test": ("ablation-token-plain", "ablation-token-ttt")})
     with pytest.raises(ExerciseError, match="numbers of stages differ"):  # a first stage against a whole head

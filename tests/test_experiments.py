@@ -74,6 +74,10 @@ def test_the_runner_stamps_the_experiment_into_what_each_step_made(monkeypatch, 
     assert made == ["h.safetensors", "r.json"]
     for name, command in (("h.json", "head"), ("r.json", "result")):
         assert json.loads((tmp_path / name).read_text()) == {"command": command, "experiment": "toy"}
+    (tmp_path / "h.json").write_text(json.dumps({"command": "head"}))  # made before the runner stamped
+    run("toy")  # both steps skipped, and the unstamped manifest stamped
+    assert made == ["h.safetensors", "r.json"]
+    assert json.loads((tmp_path / "h.json").read_text())["experiment"] == "toy"
 
 
 def test_every_step_of_the_registry_names_a_file_under_data_or_figures():

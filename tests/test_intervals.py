@@ -50,6 +50,7 @@ def test_the_paired_bootstrap_is_seeded_and_refuses_unpaired_input():
     assert paired_bootstrap(weights, a, b) == paired_bootstrap(weights, a, b)
     diff, low, high = paired_bootstrap(weights, a, b)
     assert low < diff < high
+    assert paired_bootstrap([1, 3], [0.0, 0.0], [1.0, 2.0])[0] == 1.75  # b minus a, weighted by positions
     with pytest.raises(ValueError, match="same two or more groups"):
         paired_bootstrap([1, 2], [1.0], [2.0, 3.0])
 

@@ -180,8 +180,9 @@ def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head],
     continuations of `prompts` (default: the tuning prompts, MT-Bench 10-29), at the same
     `positions` root positions for every head, so heads of either kind are compared on
     identical text. The continuations are decoded once, with every layer any head reads.
-    Per head: {"tau": the mean over all positions, "by_prompt": [{"positions", "tau"}] per
-    prompt that has roots}, the per-prompt figures for a paired comparison over prompts."""
+    Per head: {"tau": the mean over all positions, "by_prompt": [{"prompt" (its index in
+    `prompts`), "positions", "tau"}] per prompt that has roots}, the per-prompt figures of a
+    paired comparison over prompts (every head has roots at the same positions)."""
     prompts = mt_bench()[10:30] if prompts is None else prompts
     layers = sorted({layer for head in heads.values() for layer in head.feature_layers})
     seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, tuple(layers))
@@ -194,9 +195,10 @@ def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head],
         # this head's layers, in its own order, out of the concatenation of all of them
         columns = torch.cat([torch.arange(width) + layers.index(layer) * width for layer in head.feature_layers])
         own = [replace(c, features=c.features[:, columns]) for c in seqs]
-        rows = [{"positions": len(ps), "tau": measure_trees(head, own, ps, depths=(depth,), top_ks=(top_k,),
-                                                            sizes=(total,))["dynamic"][0]["tau"]}
-                for ps in by_prompt if ps]
+        rows = [{"prompt": s, "positions": len(ps),
+                 "tau": measure_trees(head, own, ps, depths=(depth,), top_ks=(top_k,),
+                                      sizes=(total,))["dynamic"][0]["tau"]}
+                for s, ps in enumerate(by_prompt) if ps]
         out[name] = {"tau": sum(r["tau"] * r["positions"] for r in rows) / len(picks), "by_prompt": rows}
     return out
 
