@@ -16,7 +16,7 @@ from scipy.stats import chisquare
 from . import ablation
 from .drafters.heads import head_manifest
 from .intervals import wilson
-from .train.eagle3 import ttt_attention_mask
+from .train.ttt import ttt_attention_mask
 from .trees import DraftTree
 from .verify.lossless import verify_chain
 

@@ -25,7 +25,8 @@ from lab.paths import EAGLE3_SHIPPED
 from lab.sampling import RandomStream, Sampling
 from lab.simulate import simulate_tree
 from lab.target.engine import Engine
-from lab.train.eagle3 import make_batch, train_eagle3, ttt_attention_mask, ttt_loss
+from lab.train.eagle3 import make_batch, train_eagle3
+from lab.train.ttt import ttt_attention_mask, ttt_loss
 from lab.train.options import Eagle3Options
 from lab.viz.cycles import CycleRecorder
 
@@ -260,7 +261,7 @@ def test_ttt_loss_runs_only_the_chains_it_scores(tiny, monkeypatch):
     """`ttt_loss` runs only the chains that have a scored step (`chain_rows`); running every
     index instead gives the same loss and gradients. Dropping the chains rooted in the last
     S - 1 prompt positions, whose later steps are response tokens, changes the gradients."""
-    import lab.train.eagle3 as module
+    import lab.train.ttt as module
     d = small_set(3, 0)
     h, steps = tiny.config.hidden_size, 3
     items = [(d.ids(i), np.random.default_rng(i).standard_normal((len(d.ids(i)), 4 * h)).astype(np.float16),
@@ -295,7 +296,7 @@ def test_the_argmax_memo_gives_what_the_lm_head_gives(tiny, monkeypatch):
     """`target_argmax` with a memo returns the full LM head's argmax for every sequence, also in
     batches that mix sequences seen before with new ones, in another order; a batch of seen
     sequences does not apply the LM head again."""
-    import lab.train.eagle3 as module
+    import lab.train.ttt as module
     weight = tiny.lm_head.weight.detach()
     torch.manual_seed(0)
     seqs = [torch.randn(n, tiny.config.hidden_size) for n in (5, 3, 4)]

@@ -7,7 +7,7 @@ token, the lower ones still describe the context) into one vector g_t with `fc` 
 its single decoder layer only has to produce a state from which its own small LM head predicts
 the next token well. Its attention input is [norm(embedding of x_{t+1}), norm(state)] (2H); the
 residual carries the state. At draft time the layer's output state stands in for the next g:
-training-time test (lab/train/eagle3.py) trains the head on exactly that situation.
+training-time test (lab/train/ttt.py) trains the head on exactly that situation.
 
 The head drafts over a reduced vocabulary (`vocab`: the most frequent target tokens of its
 training text, sorted by id), so its LM head is a fraction of the target's 49k rows. Module
