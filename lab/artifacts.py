@@ -74,6 +74,13 @@ def repo_path(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def ignored_by_git(paths: list[Path]) -> set[Path]:
+    """The paths .gitignore leaves out of the repository (weights that ship as a manifest alone)."""
+    listed = subprocess.run(["git", "check-ignore", "--stdin"], input="\n".join(map(str, paths)), cwd=ROOT,
+                            capture_output=True, text=True).stdout.splitlines()
+    return {Path(line) for line in listed}
+
+
 def git_commit() -> str:
     if os.environ.get("LAB_COMMIT"):  # a copy of the tree whose git metadata may be stale (a lent GPU machine)
         return os.environ["LAB_COMMIT"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .artifacts import ignored_by_git
 from .bench.endtoend import RESULTS_FILE
 from .costmodel import choice_path
 from .data.regenerated import regen_files
@@ -74,9 +74,7 @@ def _head_entry(names: str, what: str, *users: tuple[str, str]) -> Entry:
     return Entry(f"eagle/{names}.safetensors", what, _head, users)
 
 
-FINDINGS_HEADS = ("eagle1-short", "ce-top", "ttt-top", "eagle3-short", "eagle3-s1", "eagle3-s3", "eagle3-cur",
-                  "eagle3-cur-even", "eagle3-s1-learned", "eagle3-s1-feature", "eagle3-s1-800", "eagle3-s1-feature-800",
-                  "eagle3-s1-1600", "eagle3-s1-feature-1600", "eagle3-full-s1", "eagle3-ttt-learned")
+FINDINGS_HEADS = ("ttt-top", "eagle3-s1", "eagle3-s3", "eagle3-cur", "eagle3-cur-even")
 
 HEADS = (
     _head_entry("eagle1", "the shipped CPU-trained EAGLE-1 head",
@@ -129,9 +127,8 @@ def data_files() -> list[Path]:
     """Every file under data/ that git would ship: dot files and what .gitignore leaves out (the
     weights of heads that ship their manifests alone) are not."""
     files = sorted(p for p in DATA_DIR.rglob("*") if p.is_file() and not p.name.startswith("."))
-    ignored = subprocess.run(["git", "check-ignore", "--stdin"], input="\n".join(map(str, files)), cwd=ROOT,
-                             capture_output=True, text=True).stdout.splitlines()
-    return [p for p in files if str(p) not in set(ignored)]
+    ignored = ignored_by_git(files)
+    return [p for p in files if p not in ignored]
 
 
 def source_text(relative: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .artifacts import atomic_write, repo_path
+from .artifacts import atomic_write, ignored_by_git, repo_path
 from .bench import format_table, head_file, verification_line
 from .bench.endtoend import format_end_to_end
 from .costmodel import choice_row
@@ -106,12 +106,13 @@ def _bench_section(path: Path, result: dict) -> list[str]:
 
 
 def _catalogue() -> list[str]:
-    lines = ["## Artifacts", "", "Every manifest under `data/` that names an artifact.", "",
+    lines = ["## Artifacts", "", "Every manifest under `data/` that names an artifact; an artifact marked *manifest "
+             "only* does not ship (its command makes it again).", "",
              "| artifact | made by | commit | key figures |", "|---|---|---|---|"]
-    for path in sorted(DATA_DIR.rglob("*.json")):
-        manifest = _load(path)
-        if "artifact" not in manifest:
-            continue
+    manifests = {path: _load(path) for path in sorted(DATA_DIR.rglob("*.json"))}
+    manifests = {path: m for path, m in manifests.items() if "artifact" in m}
+    unshipped = ignored_by_git([ROOT / m["artifact"] for m in manifests.values()])
+    for path, manifest in manifests.items():
         figures = [f"{key}: {_number(_dig(manifest, key))}" for key in KEY_FIGURES
                    if _dig(manifest, key) is not None]
         stages, init = [], manifest.get("init")
@@ -120,7 +121,8 @@ def _catalogue() -> list[str]:
             init = init["manifest"].get("init")
         if stages:
             figures.append("continues " + ", which continues ".join(stages))
-        lines.append(f"| `{manifest['artifact']}` (manifest `{repo_path(path)}`) | `{manifest['command']}` | "
+        shipped = "manifest only" if ROOT / manifest["artifact"] in unshipped else "manifest"
+        lines.append(f"| `{manifest['artifact']}` ({shipped} `{repo_path(path)}`) | `{manifest['command']}` | "
                      f"{_commit(manifest)} | {'; '.join(figures)} |")
     return lines + [""]
 
