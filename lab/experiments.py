@@ -283,17 +283,15 @@ def run(name: str, force: bool = False, dry_run: bool = False) -> list[str]:
         raise LabError(f"unknown experiment {name!r}: `python -m lab run --list` shows them all")
     ran = []
     for step in EXPERIMENTS[name].steps:
-        if (ROOT / step.out).exists() and not (force or step.resumes):
+        skipped = (ROOT / step.out).exists() and not (force or step.resumes)
+        if skipped:
             print(f"[run] {step.out} exists: skipped (--force redoes it)", flush=True)
-            if not dry_run:
-                stamp(ROOT / step.out, name)
-            continue
-        for command in step.commands:
+        for command in () if skipped else step.commands:
             ran.append(f"python -m lab {command}")
             print(f"[run] {ran[-1]}", flush=True)
             if not dry_run:
                 subprocess.run(_python_lab(command), cwd=ROOT, check=True)
-        if not dry_run:
+        if not dry_run:  # a skipped step's file is stamped too: it may predate the registry
             stamp(ROOT / step.out, name)
     return ran
 
