@@ -183,12 +183,15 @@ def _tree_cycle(target: Engine, context: list[int], tree: DraftTree, kernel: str
                 rng: RandomStream, layers: tuple[int, ...]) -> Cycle:
     scored = target.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(context) - 1),
                             hidden_layers=layers)
-    logits, uniforms = scored.logits, _uniforms(len(tree), sampling, rng)
-    verdict = _verify_tree(kernel, tree, logits, sampling, uniforms, rng)
+    # the candidates come first, so the verified tree is a prefix of the scored one, with the same indices
+    m = len(tree) if tree.candidates is None else tree.candidates
+    verified = tree if m == len(tree) else DraftTree(tree.tokens[:m], tree.parents[:m])
+    logits, uniforms = scored.logits, _uniforms(m, sampling, rng)
+    verdict = _verify_tree(kernel, verified, logits[:m], sampling, uniforms, rng)
     target.keep(len(context) - 1, verdict.path)  # the root and the accepted nodes
     n = len(verdict.path) - 1
-    leaf = verdict.path[-1] not in tree.parents
-    last = "target" if len(tree) == 1 else ("bonus" if leaf else "corrected")
+    leaf = verdict.path[-1] not in verified.parents
+    last = "target" if m == 1 else ("bonus" if leaf else "corrected")
     return Cycle(logits, verdict.tokens, n, verdict.path, n if leaf else n + 1, last,
                  _features(scored, layers, verdict.path), uniforms)
 
@@ -238,6 +241,8 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
             gaps = top2_gaps(cycle.logits[cycle.rows])
+        if hasattr(drafter, "observe"):  # a drafter that learns from the target's outputs at its own nodes
+            spent.call("draft", drafter.observe, proposal, cycle.logits)
         spent.call("draft", drafter.commit, context + cycle.tokens, cycle.features)
         emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:

@@ -19,6 +19,9 @@ class DraftTree:
     parents: list[int]
     values: list[float] = field(default_factory=list)   # path value: summed draft log-probabilities
     confidences: list[float] = field(default_factory=list)  # the draft's probability of each node
+    # nodes [0, candidates) may be accepted; the rest are scored but never committed (Lookahead's
+    # Jacobi window); None: every node is a candidate
+    candidates: int | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -9,12 +9,13 @@ from typing import Callable
 import torch
 
 from ..decode import DecodeResult, decode, resolve_kernel
-from ..drafters import ModelDraft, NoDraft, TreeModelDraft
+from ..drafters import Lookahead, ModelDraft, NoDraft, PromptLookup, TreeModelDraft
+from ..drafters.lookahead import lookahead_positions
 from ..errors import LabError
 from ..sampling import prompt_seed
 from ..target.load import GGUF_NAME, engine_for, wheel_file
 from ..verify.lossy import TopKRule
-from .setup import EAGLE3_METHODS, EAGLE_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, Setup
+from .setup import EAGLE3_METHODS, EAGLE_METHODS, LOOKUP_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, Setup
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
 
@@ -111,6 +112,10 @@ def make_drafter(setup: Setup, method: str) -> tuple[object, int, object | None]
         return TreeModelDraft(setup.draft, *setup.tree), setup.draft_len, None
     if method in EAGLE_METHODS:  # a tree drafts as deep as its depth
         return setup.eagle_drafter(method), setup.tree_for(method).depth, None
+    if method in LOOKUP_METHODS:
+        return PromptLookup(LOOKUP_METHODS[method]), setup.draft_len, None
+    if method == "lookahead":  # a pooled n-gram drafts its N - 1 tokens after the root
+        return Lookahead(*setup.lookahead), setup.lookahead[0] - 1, None
     if method == "judge":
         if setup.judge is None:
             raise LabError("judge needs a judge rule (Setup.judge; the command line loads data/judge/judge.json)")
@@ -144,6 +149,15 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
         return {"loop": "lab.decode", "verification_kernel": kernel, "draft_layers": draft_layers,
                 "tree": "dynamic (EAGLE-2 expansion and reranking)", "depth": depth, "top_k": top_k,
                 "total_tokens": total}
+    if method in LOOKUP_METHODS:
+        lookup = PromptLookup(LOOKUP_METHODS[method])
+        return {"loop": "lab.decode", "verification_kernel": kernel, "draft_len": setup.draft_len,
+                "drafts": "a chain" if lookup.candidates == 1 else f"a tree of up to {lookup.candidates} continuations",
+                "suffix_ngram": [lookup.min_ngram, lookup.max_ngram]}
+    if method == "lookahead":
+        n, w, g = setup.lookahead
+        return {"loop": "lab.decode", "verification_kernel": kernel, "n": n, "window": w, "pool": g,
+                "positions_per_step": lookahead_positions(n, w, g)}
     if method in EAGLE_METHODS:
         t = setup.tree_for(method)
         static = method in STATIC_METHODS

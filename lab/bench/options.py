@@ -16,15 +16,24 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def _triple(text: str, names: str, example: str) -> tuple[int, int, int]:
+    try:
+        triple = tuple(int(x) for x in text.split(","))
+        assert len(triple) == 3 and min(triple) >= 1
+    except (ValueError, AssertionError):
+        raise argparse.ArgumentTypeError(f"must be three positive integers {names} (e.g. {example}), "
+                                         f"got {text!r}") from None
+    return triple
+
+
 def tree_triple(text: str) -> tuple[int, int, int]:
     """argparse type: depth,top-k,total as three positive integers."""
-    try:
-        tree = tuple(int(x) for x in text.split(","))
-        assert len(tree) == 3 and min(tree) >= 1
-    except (ValueError, AssertionError):
-        raise argparse.ArgumentTypeError(f"must be three positive integers depth,top-k,total (e.g. 4,4,16), "
-                                         f"got {text!r}") from None
-    return tree
+    return _triple(text, "depth,top-k,total", "4,4,16")
+
+
+def lookahead_triple(text: str) -> tuple[int, int, int]:
+    """argparse type: Lookahead's N,W,G as three positive integers."""
+    return _triple(text, "N,W,G", "4,4,3")
 
 
 @dataclass
@@ -36,6 +45,8 @@ class DecodeOptions:
     draft_len: int = opt(4, "drafts per cycle")
     draft_layers: int = opt(2, "which shipped draft `sd` uses", choices=[1, 2, 4])
     tree: tuple = opt((4, 4, 16), "sd-tree: depth,top-k,total tokens", parse=tree_triple)
+    lookahead: tuple = opt((4, 4, 3), "lookahead: N (n-gram size), W (Jacobi window width), G (n-grams kept per "
+                                      "first token and verified per step)", parse=lookahead_triple)
     judge_threshold: float | None = opt(None, "judge: accept a draft if P(correct) > this (default: the shipped "
                                               "head's delta)")
     verify_top_k: int = opt(2, "topk: accept drafts among the target's top K")
@@ -64,8 +75,8 @@ class DecodeOptions:
 @dataclass
 class BenchOptions(DecodeOptions):
     """`python -m lab bench`: methods compared on one dataset."""
-    methods: str = opt("ar,sd", "comma-separated: ar,sd,sd-tree,eagle1,eagle2,eagle3,eagle3-static,judge,topk,"
-                                "hf,hf-assisted,hf-pld,llamacpp")
+    methods: str = opt("ar,sd", "comma-separated: ar,sd,sd-tree,pld,pld-tree,lookahead,eagle1,eagle2,eagle3,"
+                                "eagle3-static,judge,topk,hf,hf-assisted,hf-pld,llamacpp")
     dataset: str = opt("mt_bench", "mt_bench, humaneval, sharegpt or sharegpt_heldout (the regenerated set's "
                                    "held-out prompts)")
     prompts: str | None = opt(None, "JSONL file with one {\"prompt\": ...} per line")
@@ -80,8 +91,9 @@ class BenchOptions(DecodeOptions):
 class GenerateOptions(DecodeOptions):
     """`python -m lab generate`: one answer streamed, coloured by where each token came from."""
     prompt: str = opt(None, "the question", positional=True)
-    method: str = opt("eagle2", "the drafter and rule", choices=["ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3",
-                                                                 "eagle3-static", "judge", "topk"])
+    method: str = opt("eagle2", "the drafter and rule", choices=["ar", "sd", "sd-tree", "pld", "pld-tree", "lookahead",
+                                                                 "eagle1", "eagle2", "eagle3", "eagle3-static", "judge",
+                                                                 "topk"])
     no_color: bool = opt(False, "plain text")
 
 

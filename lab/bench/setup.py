@@ -18,8 +18,9 @@ from ..target.load import load_draft, load_target, load_tokenizer, make_draft, t
 from ..verify.lossy import JudgeRule
 from .options import DecodeOptions, tree_triple
 
-METHODS = ("ar", "sd", "sd-tree", "eagle1", "eagle2", "eagle3", "eagle3-static", "judge", "topk", "hf", "hf-assisted",
-           "hf-pld", "llamacpp")
+METHODS = ("ar", "sd", "sd-tree", "pld", "pld-tree", "lookahead", "eagle1", "eagle2", "eagle3", "eagle3-static",
+           "judge", "topk", "hf", "hf-assisted", "hf-pld", "llamacpp")
+LOOKUP_METHODS = {"pld": 1, "pld-tree": 4}  # prompt lookup: the continuations each cycle drafts (a chain, a tree)
 LOSSY_METHODS = ("judge", "topk")  # the sd draft's chain, a lossy acceptance rule (lab/verify/lossy.py)
 EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
 EAGLE3_METHODS = ("eagle3", "eagle3-static")  # the EAGLE-3 head with EAGLE-2's dynamic tree, or a static one
@@ -41,6 +42,7 @@ class Setup:
     seed: int
     kernel: str | None = None  # verification: torch reference or triton (None: triton on a GPU)
     tree: tuple[int, int, int] = (4, 4, 16)  # sd-tree: depth, top-k, total tokens
+    lookahead: tuple[int, int, int] = (4, 4, 3)  # lookahead: N, W, G
     head: torch.nn.Module | None = None        # eagle1/eagle2: the EAGLE head
     eagle_tree: TreeChoice | None = None       # eagle1/eagle2: tree size (from `python -m lab tune tree`)
     rank_accuracy: list[float] | None = None   # eagle1: per-rank accuracy that shapes the static tree
@@ -113,7 +115,7 @@ def load_setup(options: DecodeOptions, methods: list[str]) -> Setup:
     if draft is not None:
         draft.to(device)
     setup = Setup(target, draft, load_tokenizer(), Sampling(o.temperature, o.top_k, o.top_p), o.max_new_tokens,
-                  o.draft_len, o.seed, o.kernel, tuple(o.tree), verify_top_k=o.verify_top_k)
+                  o.draft_len, o.seed, o.kernel, tuple(o.tree), tuple(o.lookahead), verify_top_k=o.verify_top_k)
     if any(m in ("eagle1", "eagle2") for m in methods):
         setup.head, setup.eagle_tree, setup.rank_accuracy = _head(o, target, o.eagle_head, "eagle1", "--eagle-head")
     if any(m in EAGLE3_METHODS for m in methods):
