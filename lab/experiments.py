@@ -200,6 +200,11 @@ EXPERIMENTS: dict[str, Experiment] = {
                                           for run in (2, 3))),
     "bench-llamacpp": Experiment("llama.cpp on the GGUF file beside the exact engine (needs `make peers`)", 8, (
         _bench("bench_exact_bf16_llamacpp", "--methods ar,eagle2,llamacpp --dtype bfloat16"),)),
+    "bench-draftless": Experiment("drafting without a draft model, prompt lookup (a chain, a tree) and Lookahead, "
+                                  "beside EAGLE-2 on the exact engine: MT-Bench and HumanEval", 10, tuple(
+        _bench(name, f"--methods ar,pld,pld-tree,lookahead,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu "
+                     f"--dataset {dataset}", EAGLE3_BENCH)
+        for name, dataset in (("bench_draftless", "mt_bench"), ("bench_draftless_humaneval", "humaneval")))),
     "bench-eagle3": Experiment("the shipped EAGLE-3 head against EAGLE-2: tuned trees, a fixed tree, HumanEval, "
                                "its static tree", 35, _eagle3_benches("eagle3-full", "bench_eagle3")),
     "bench-eagle3-curriculum": Experiment("the same four runs for the curriculum head", 35,
