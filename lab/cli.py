@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .artifacts import command_line, git_commit, machine, repo_path, write_json
-from .bench import (METHODS, drafting_line, format_table, load_setup, make_drafter, profiled, run_bench,
+from .bench import (METHODS, drafting_line, format_table, is_method, load_setup, make_drafter, profiled, run_bench,
                     verification_line)
 from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
 from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive, tree_triple
@@ -28,6 +28,7 @@ from .target.load import engine_for, load_target, load_tokenizer
 from .train.distill import train_draft
 from .train.eagle import train_head
 from .train.eagle3 import train_eagle3
+from .train.medusa import train_medusa
 from .train.evaluate import EVALUATOR_VERSION, evaluate_saved_head
 from .train.judge import train_judge
 from .train.options import TRAINERS
@@ -112,9 +113,10 @@ class RunOptions:
 def _bench(args: argparse.Namespace) -> None:
     o = from_args(BenchOptions, args)
     methods = method_list(o.methods)
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if not is_method(m)]
     if unknown:
-        raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+        raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)} "
+                       "(and lookahead-N-W-G)")
     prompts = prompts_file(o.prompts, o.limit) if o.prompts else load_prompts(o.dataset, o.limit)
     setup = load_setup(o, methods)
     bench = (lambda *a: profiled(o.profile, run_bench, *a)) if o.profile else run_bench
@@ -160,7 +162,8 @@ def _data(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace) -> None:
     options = from_args(args.options, args)
-    trainer = {"draft": train_draft, "eagle1": train_head, "eagle3": train_eagle3, "judge": train_judge}[args.what]
+    trainer = {"draft": train_draft, "eagle1": train_head, "eagle3": train_eagle3, "medusa": train_medusa,
+               "judge": train_judge}[args.what]
     print(trainer(options))
 
 

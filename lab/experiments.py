@@ -43,6 +43,8 @@ def _step(out: str, *commands: str, resumes: bool = False) -> Step:
 BENCH = "bench --dataset mt_bench --limit 10 --max-new-tokens 128 --temperature 0"
 EAGLE3_BENCH = "bench --limit 10 --max-new-tokens 128 --temperature 0"
 READOUT = "train eagle3 --fp32 --resume"
+# Lookahead's (N, W, G), each at most 23 positions per step, 1 + (W + G)(N - 1): a 2-core CPU pays for every one
+LOOKAHEAD_SWEEP = ((2, 8, 4), (2, 12, 8), (3, 5, 3), (3, 7, 4), (4, 3, 2), (4, 4, 3), (5, 2, 2), (5, 3, 2))
 
 
 def _bench(name: str, options: str, base: str = BENCH) -> Step:
@@ -205,6 +207,11 @@ EXPERIMENTS: dict[str, Experiment] = {
         _bench(name, f"--methods ar,pld,pld-tree,lookahead,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu "
                      f"--dataset {dataset}", EAGLE3_BENCH)
         for name, dataset in (("bench_draftless", "mt_bench"), ("bench_draftless_humaneval", "humaneval")))),
+    "lookahead-sweep": Experiment("Lookahead's N, W and G at up to 23 positions per step, side by side in one bench "
+                                  "(exact engine, MT-Bench)", 10, (
+        _bench("bench_lookahead_sweep", "--methods ar," + ",".join(f"lookahead-{n}-{w}-{g}"
+                                                                   for n, w, g in LOOKAHEAD_SWEEP)
+               + " --dtype bfloat16 --dataset mt_bench", EAGLE3_BENCH),)),
     "bench-eagle3": Experiment("the shipped EAGLE-3 head against EAGLE-2: tuned trees, a fixed tree, HumanEval, "
                                "its static tree", 35, _eagle3_benches("eagle3-full", "bench_eagle3")),
     "bench-eagle3-curriculum": Experiment("the same four runs for the curriculum head", 35,

@@ -7,4 +7,4 @@ from .options import BenchOptions, DecodeOptions, EndToEndOptions, GenerateOptio
 from .report import drafting_line, format_table, head_file, verification_line
 from .run import profiled, run_bench, summarise
 from .setup import (EAGLE3_METHODS, EAGLE_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, TIE_GAP, Setup,
-                    load_setup)
+                    is_method, load_setup)

@@ -15,7 +15,8 @@ from ..errors import LabError
 from ..sampling import prompt_seed
 from ..target.load import GGUF_NAME, engine_for, wheel_file
 from ..verify.lossy import TopKRule
-from .setup import EAGLE3_METHODS, EAGLE_METHODS, LOOKUP_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, Setup
+from .setup import (EAGLE3_METHODS, EAGLE_METHODS, LOOKUP_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, Setup,
+                    is_method, lookahead_config)
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
 
@@ -114,8 +115,9 @@ def make_drafter(setup: Setup, method: str) -> tuple[object, int, object | None]
         return setup.eagle_drafter(method), setup.tree_for(method).depth, None
     if method in LOOKUP_METHODS:
         return PromptLookup(LOOKUP_METHODS[method]), setup.draft_len, None
-    if method == "lookahead":  # a pooled n-gram drafts its N - 1 tokens after the root
-        return Lookahead(*setup.lookahead), setup.lookahead[0] - 1, None
+    lookahead = lookahead_config(method, setup.lookahead)
+    if lookahead:  # a pooled n-gram drafts its N - 1 tokens after the root
+        return Lookahead(*lookahead), lookahead[0] - 1, None
     if method == "judge":
         if setup.judge is None:
             raise LabError("judge needs a judge rule (Setup.judge; the command line loads data/judge/judge.json)")
@@ -127,7 +129,7 @@ def make_drafter(setup: Setup, method: str) -> tuple[object, int, object | None]
 
 
 def make_runner(setup: Setup, method: str) -> Runner:
-    if method not in PEERS and method in METHODS:
+    if method not in PEERS and is_method(method):
         drafter, draft_len, rule = make_drafter(setup, method)
         return _ours(setup, drafter, draft_len, rule)
     if method in ("hf", "hf-assisted", "hf-pld"):
@@ -154,8 +156,8 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
         return {"loop": "lab.decode", "verification_kernel": kernel, "draft_len": setup.draft_len,
                 "drafts": "a chain" if lookup.candidates == 1 else f"a tree of up to {lookup.candidates} continuations",
                 "suffix_ngram": [lookup.min_ngram, lookup.max_ngram]}
-    if method == "lookahead":
-        n, w, g = setup.lookahead
+    if lookahead_config(method, setup.lookahead):
+        n, w, g = lookahead_config(method, setup.lookahead)
         return {"loop": "lab.decode", "verification_kernel": kernel, "n": n, "window": w, "pool": g,
                 "positions_per_step": lookahead_positions(n, w, g)}
     if method in EAGLE_METHODS:

@@ -71,6 +71,22 @@ class Setup:
 
 
 
+def lookahead_config(method: str, given: tuple[int, int, int]) -> tuple[int, int, int] | None:
+    """Lookahead's N, W, G for `method`: `lookahead` runs the --lookahead triple (`given`),
+    `lookahead-N-W-G` its own, so that a sweep's configurations share one bench and one file;
+    None for any other method."""
+    if method == "lookahead":
+        return given
+    parts = method.split("-")
+    if len(parts) == 4 and parts[0] == "lookahead" and all(p.isdigit() for p in parts[1:]):
+        return int(parts[1]), int(parts[2]), int(parts[3])
+    return None
+
+
+def is_method(method: str) -> bool:
+    return method in METHODS or lookahead_config(method, (0, 0, 0)) is not None
+
+
 NEEDS_DRAFT = ("sd", "sd-tree", "hf-assisted", "judge", "topk")  # the methods that run the draft model
 
 
