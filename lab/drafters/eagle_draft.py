@@ -24,27 +24,32 @@ from ..trees import DraftTree, Expand, dynamic_tree, top_children
 from .model import frontier_mask
 
 
-def static_shape(total_tokens: int, depth: int, rank_accuracy: list[float]) -> list[tuple[int, ...]]:
-    """EAGLE-1's fixed tree, chosen offline: the `total_tokens - 1` rank paths (r1, ..., rd)
-    most likely to be accepted if the draft's rank-r guess is right with probability
-    `rank_accuracy[r]` at every depth. Best-first search, so parents always come before
-    their children; returned parents first (by depth, then ranks)."""
-    if not rank_accuracy or rank_accuracy[0] <= 0:
-        raise LabError("static_shape needs per-rank accuracies with rank 0 > 0 (the head manifest's rank_accuracy)")
+def static_shape(total_tokens: int, depth: int, rank_accuracy: list[float] | list[list[float]]
+                 ) -> list[tuple[int, ...]]:
+    """A fixed tree chosen offline (EAGLE-1's, and Medusa's): the `total_tokens - 1` rank paths
+    (r1, ..., rd) most likely to be accepted if the rank-r guess at depth d is right with
+    probability `rank_accuracy[r]` (one list: the same at every depth) or `rank_accuracy[d-1][r]`
+    (a list per depth: Medusa's per-head accuracies). Best-first search, so parents always come
+    before their children; returned parents first (by depth, then ranks)."""
+    by_depth = rank_accuracy if rank_accuracy and isinstance(rank_accuracy[0], list) else [rank_accuracy] * depth
+    if len(by_depth) < depth or any(not acc or acc[0] <= 0 for acc in by_depth[:depth]):
+        raise LabError("static_shape needs per-rank accuracies with rank 0 > 0 at every depth (the head manifest's "
+                       "rank_accuracy)")
     # measured tail ranks can be noisy or round to 0: make them positive and non-increasing,
     # which the best-first search needs to be optimal
-    rank_accuracy = [max(a, 1e-6) for a in rank_accuracy]
-    rank_accuracy = [min(rank_accuracy[: r + 1]) for r in range(len(rank_accuracy))]
+    by_depth = [[max(a, 1e-6) for a in acc] for acc in by_depth[:depth]]
+    by_depth = [[min(acc[: r + 1]) for r in range(len(acc))] for acc in by_depth]
     chosen: list[tuple[int, ...]] = []
-    heap = [(-rank_accuracy[0], (0,))]
+    heap = [(-by_depth[0][0], (0,))]
     while heap and len(chosen) < total_tokens - 1:
         neg, path = heapq.heappop(heap)
         chosen.append(path)
-        if path[-1] + 1 < len(rank_accuracy):  # the next sibling
+        acc = by_depth[len(path) - 1]
+        if path[-1] + 1 < len(acc):  # the next sibling
             sibling = path[:-1] + (path[-1] + 1,)
-            heapq.heappush(heap, (neg / rank_accuracy[path[-1]] * rank_accuracy[path[-1] + 1], sibling))
+            heapq.heappush(heap, (neg / acc[path[-1]] * acc[path[-1] + 1], sibling))
         if len(path) < depth:  # the first child
-            heapq.heappush(heap, (neg * rank_accuracy[0], path + (0,)))
+            heapq.heappush(heap, (neg * by_depth[len(path)][0], path + (0,)))
     return sorted(chosen, key=lambda p: (len(p), p))
 
 

@@ -2,7 +2,7 @@
 every head kind, and what a head's manifest says about how it was trained.
 
 A head file is fp16 safetensors of the tensors the head owns, with metadata naming its kind
-(`variant`: eagle1, no-token, token-only or eagle3), the target it was trained for and its
+(`variant`: eagle1, no-token, token-only, eagle3 or medusa), the target it was trained for and its
 shapes. `load_head` reads the kind from that metadata, so a caller names a head, never its kind;
 a file whose metadata disagrees with the target is refused in one line. Each head ships with a
 manifest (NAME.json) recording the command, data, budget and held-out figures that made it.
@@ -20,9 +20,11 @@ from ..errors import LabError
 from ..paths import DATA_DIR, EAGLE3_SHIPPED
 from .eagle1 import VARIANTS, EagleHead
 from .eagle3 import Eagle3Head
+from .medusa import MedusaHeads
 
 HEAD_DIR = DATA_DIR / "eagle"
-KINDS = (*VARIANTS, "eagle3")
+KINDS = (*VARIANTS, "eagle3", "medusa")
+Head = EagleHead | Eagle3Head | MedusaHeads
 
 
 def head_path(name: str) -> Path:
@@ -35,8 +37,8 @@ def rebuild_command(name: str, kind: str | None = None) -> str:
     stages; an unknown kind names both trainers)."""
     if name == EAGLE3_SHIPPED:
         return "make run E=eagle3-full"
-    if kind == "eagle3":
-        return f"python -m lab train eagle3 --name {name}"
+    if kind in ("eagle3", "medusa"):
+        return f"python -m lab train {kind} --name {name}"
     if kind in VARIANTS:
         return f"python -m lab train eagle1 --variant {kind} --name {name}"
     return f"python -m lab train eagle1 --name {name}` or `python -m lab train eagle3 --name {name}"
@@ -53,14 +55,14 @@ def head_names(kind: str | None = None) -> list[str]:
     return sorted(p.stem for p in HEAD_DIR.glob("*.safetensors") if kind is None or head_kind(p) == kind)
 
 
-def save_head(head: EagleHead | Eagle3Head, path: Path) -> None:
-    """fp16 safetensors of the head's own tensors (an EAGLE-3 head's vocabulary stays int64), with
+def save_head(head: Head, path: Path) -> None:
+    """fp16 safetensors of the head's own tensors (a draft vocabulary stays int64), with
     the metadata `load_head` checks against the target."""
     state = {k: (v if k == "vocab" else v.detach().half()).contiguous() for k, v in head.own_state().items()}
     atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=head.metadata()))
 
 
-def load_head(target, name: str | None = None, path: Path | None = None) -> EagleHead | Eagle3Head:
+def load_head(target, name: str | None = None, path: Path | None = None) -> Head:
     """The head data/eagle/NAME.safetensors (or the file at `path`), of the kind its metadata
     names, tied to `target` (its embedding, and an EAGLE-1 head's LM head, are the target's)."""
     path = path or head_path(name)
@@ -72,6 +74,8 @@ def load_head(target, name: str | None = None, path: Path | None = None) -> Eagl
     kind = meta.get("variant")
     if kind == "eagle3" and "vocab" in state:
         head = Eagle3Head(target, state["vocab"], meta["taps"])
+    elif kind == "medusa" and "vocab" in state and meta.get("heads", "").isdigit():
+        head = MedusaHeads(target, state["vocab"], int(meta["heads"]))
     elif kind in VARIANTS:
         head = EagleHead(target, kind)
     else:

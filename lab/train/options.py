@@ -106,6 +106,20 @@ class Eagle3Options(LoopOptions):
 
 
 @dataclass
+class MedusaOptions(LoopOptions):
+    """`train medusa`: Medusa-1 heads on the target's cached top features (the target frozen)."""
+    name: str = opt("medusa", "save as data/eagle/NAME.safetensors")
+    heads: int = opt(4, "heads: head k guesses token t+k+1")
+    draft_vocab: int = opt(8192, "read out over the target's LM-head rows of the N most frequent training tokens")
+    minutes: float = opt(30.0, "wall-clock budget in minutes")
+    lr: float = opt(2e-3, "peak learning rate")
+
+    def __post_init__(self) -> None:
+        if self.heads < 1 or self.draft_vocab < 1:
+            raise LabError(f"--heads and --draft-vocab must be at least 1, got {self.heads} and {self.draft_vocab}")
+
+
+@dataclass
 class JudgeOptions:
     """`train judge`: planted-error labels, a probe per layer, the shipped judge head."""
     mined: int = opt(0, "also label the 2-layer draft's real mismatches on up to N checkable items (the templated "
@@ -133,4 +147,5 @@ TRAINERS = {"draft": (DraftOptions, "distil a draft model from the target (a CPU
             "eagle1": (Eagle1Options, "train an EAGLE head on the target's features"),
             "eagle3": (Eagle3Options, "train an EAGLE-3 head with training-time test "
                                       "(also under torchrun --nproc_per_node N)"),
+            "medusa": (MedusaOptions, "train Medusa-1 heads on the target's top features (the target frozen)"),
             "judge": (JudgeOptions, "planted and mined error labels, a probe per layer: the judge head")}
