@@ -202,9 +202,11 @@ EXPERIMENTS: dict[str, Experiment] = {
                                           for run in (2, 3))),
     "bench-llamacpp": Experiment("llama.cpp on the GGUF file beside the exact engine (needs `make peers`)", 8, (
         _bench("bench_exact_bf16_llamacpp", "--methods ar,eagle2,llamacpp --dtype bfloat16"),)),
-    "bench-draftless": Experiment("drafting without a draft model, prompt lookup (a chain, a tree) and Lookahead, "
-                                  "beside EAGLE-2 on the exact engine: MT-Bench and HumanEval", 10, tuple(
-        _bench(name, f"--methods ar,pld,pld-tree,lookahead,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu "
+    "medusa-heads": Experiment("Medusa-1 heads on the target's cached top features (40 CPU-minutes)", 45, (
+        _head("medusa", "train medusa --minutes 40"),)),
+    "bench-draftless": Experiment("drafting without a separate draft model, prompt lookup (a chain, a tree), Lookahead "
+                                  "and Medusa, beside EAGLE-2 on the exact engine: MT-Bench and HumanEval", 10, tuple(
+        _bench(name, f"--methods ar,pld,pld-tree,lookahead,medusa,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu "
                      f"--dataset {dataset}", EAGLE3_BENCH)
         for name, dataset in (("bench_draftless", "mt_bench"), ("bench_draftless_humaneval", "humaneval")))),
     "lookahead-sweep": Experiment("Lookahead's N, W and G at up to 23 positions per step, side by side in one bench "

@@ -70,11 +70,12 @@ class FixedTarget:
     """A stand-in for the engine whose scores are fixed rows: a cycle's randomness is then only
     the verification's, so thousands of cycles cost no forwards."""
 
-    def __init__(self, logits: torch.Tensor):
-        self.logits = logits
+    def __init__(self, logits: torch.Tensor, hidden: dict[int, torch.Tensor] | None = None):
+        self.logits, self.hidden = logits, hidden or {}
 
     def forward(self, tokens, mask=None, positions=None, hidden_layers=()):
-        return SimpleNamespace(logits=self.logits[: len(tokens)], hidden={})
+        return SimpleNamespace(logits=self.logits[: len(tokens)],
+                               hidden={layer: h[: len(tokens)] for layer, h in self.hidden.items()})
 
     def keep(self, start: int, indices: list[int]) -> None:
         pass
@@ -106,17 +107,19 @@ def chi_square(counts: torch.Tensor, p: torch.Tensor) -> float:
 CRITICAL = 20.5  # chi-square, 5 degrees of freedom, p = 0.001
 
 
+def without_zeroing(tokens, parents, p, uniforms, noise):
+    """A broken tree rule: a rejected draft stays in the distribution that the next sibling and
+    the final draw use (tried at the root only, which is all these tests need)."""
+    for child in children_of(parents)[0]:
+        if uniforms[child] < p[0, tokens[child]]:
+            return TreeResult([0, child], [tokens[child], race(p[child], noise)])
+    return TreeResult([0], [race(p[0], noise)])
+
+
 @pytest.mark.slow
 def test_lookahead_keeps_the_target_distribution_and_a_broken_rule_fails(monkeypatch):
     counts, p = first_tokens(4000)
     assert chi_square(counts, p) < CRITICAL
-
-    def without_zeroing(tokens, parents, p, uniforms, noise):
-        """Broken: a rejected draft stays in the distribution the next one and the residual use."""
-        for child in children_of(parents)[0]:
-            if uniforms[child] < p[0, tokens[child]]:
-                return TreeResult([0, child], [tokens[child], race(p[child], noise)])
-        return TreeResult([0], [race(p[0], noise)])
     monkeypatch.setattr(lab.decode, "verify_tree", without_zeroing)
     broken, _ = first_tokens(4000)
     assert chi_square(broken, p) > CRITICAL

@@ -11,6 +11,7 @@ import torch
 from ..decode import DecodeResult, decode, resolve_kernel
 from ..drafters import Lookahead, ModelDraft, NoDraft, PromptLookup, TreeModelDraft
 from ..drafters.lookahead import lookahead_positions
+from ..drafters.medusa import MedusaDraft
 from ..errors import LabError
 from ..sampling import prompt_seed
 from ..target.load import GGUF_NAME, engine_for, wheel_file
@@ -115,6 +116,10 @@ def make_drafter(setup: Setup, method: str) -> tuple[object, int, object | None]
         return setup.eagle_drafter(method), setup.tree_for(method).depth, None
     if method in LOOKUP_METHODS:
         return PromptLookup(LOOKUP_METHODS[method]), setup.draft_len, None
+    if method == "medusa":
+        if setup.medusa is None:
+            raise LabError("medusa needs its heads (Setup.medusa; the command line loads --medusa-head)")
+        return MedusaDraft(setup.medusa, setup.medusa_shape), max(map(len, setup.medusa_shape)), None
     lookahead = lookahead_config(method, setup.lookahead)
     if lookahead:  # a pooled n-gram drafts its N - 1 tokens after the root
         return Lookahead(*lookahead), lookahead[0] - 1, None
@@ -156,6 +161,11 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
         return {"loop": "lab.decode", "verification_kernel": kernel, "draft_len": setup.draft_len,
                 "drafts": "a chain" if lookup.candidates == 1 else f"a tree of up to {lookup.candidates} continuations",
                 "suffix_ngram": [lookup.min_ngram, lookup.max_ngram]}
+    if method == "medusa":
+        return {"loop": "lab.decode", "verification_kernel": kernel, "heads": len(setup.medusa.blocks),
+                "tree": "static (Medusa: greedy by the product of measured per-head rank accuracies)",
+                "total_tokens": len(setup.medusa_shape) + 1, "depth": max(map(len, setup.medusa_shape)),
+                "draft_vocab": len(setup.medusa.vocab)}
     if lookahead_config(method, setup.lookahead):
         n, w, g = lookahead_config(method, setup.lookahead)
         return {"loop": "lab.decode", "verification_kernel": kernel, "n": n, "window": w, "pool": g,

@@ -57,6 +57,9 @@ class DecodeOptions:
     eagle_head: str = opt("eagle1", "eagle1/eagle2: data/eagle/NAME.safetensors (eagle1-gpu: the GPU-trained one)")
     eagle3_head: str = opt(EAGLE3_SHIPPED, "eagle3: data/eagle/NAME.safetensors (eagle3: the earlier one on half "
                                            "the data; eagle3-gpu: the GPU-trained one)")
+    medusa_head: str = opt("medusa", "medusa: data/eagle/NAME.safetensors (`python -m lab train medusa`)")
+    medusa_tree: int = opt(16, "medusa: tokens of its static tree, root included, chosen from the heads' measured "
+                               "per-head rank accuracies", parse=positive)
     max_new_tokens: int = opt(128, "new tokens per prompt", parse=positive)
     seed: int = opt(0, "seed of the sampling streams")
     device: str | None = opt(None, "cpu or cuda (default: cuda when available)")
@@ -75,7 +78,7 @@ class DecodeOptions:
 @dataclass
 class BenchOptions(DecodeOptions):
     """`python -m lab bench`: methods compared on one dataset."""
-    methods: str = opt("ar,sd", "comma-separated: ar,sd,sd-tree,pld,pld-tree,lookahead,eagle1,eagle2,eagle3,"
+    methods: str = opt("ar,sd", "comma-separated: ar,sd,sd-tree,pld,pld-tree,lookahead,medusa,eagle1,eagle2,eagle3,"
                                 "eagle3-static,judge,topk,hf,hf-assisted,hf-pld,llamacpp")
     dataset: str = opt("mt_bench", "mt_bench, humaneval, sharegpt or sharegpt_heldout (the regenerated set's "
                                    "held-out prompts)")
@@ -92,8 +95,8 @@ class GenerateOptions(DecodeOptions):
     """`python -m lab generate`: one answer streamed, coloured by where each token came from."""
     prompt: str = opt(None, "the question", positional=True)
     method: str = opt("eagle2", "the drafter and rule", choices=["ar", "sd", "sd-tree", "pld", "pld-tree", "lookahead",
-                                                                 "eagle1", "eagle2", "eagle3", "eagle3-static", "judge",
-                                                                 "topk"])
+                                                                 "medusa", "eagle1", "eagle2", "eagle3",
+                                                                 "eagle3-static", "judge", "topk"])
     no_color: bool = opt(False, "plain text")
 
 

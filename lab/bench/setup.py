@@ -18,8 +18,8 @@ from ..target.load import load_draft, load_target, load_tokenizer, make_draft, t
 from ..verify.lossy import JudgeRule
 from .options import DecodeOptions, tree_triple
 
-METHODS = ("ar", "sd", "sd-tree", "pld", "pld-tree", "lookahead", "eagle1", "eagle2", "eagle3", "eagle3-static",
-           "judge", "topk", "hf", "hf-assisted", "hf-pld", "llamacpp")
+METHODS = ("ar", "sd", "sd-tree", "pld", "pld-tree", "lookahead", "medusa", "eagle1", "eagle2", "eagle3",
+           "eagle3-static", "judge", "topk", "hf", "hf-assisted", "hf-pld", "llamacpp")
 LOOKUP_METHODS = {"pld": 1, "pld-tree": 4}  # prompt lookup: the continuations each cycle drafts (a chain, a tree)
 LOSSY_METHODS = ("judge", "topk")  # the sd draft's chain, a lossy acceptance rule (lab/verify/lossy.py)
 EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
@@ -49,6 +49,8 @@ class Setup:
     head3: torch.nn.Module | None = None       # eagle3: the EAGLE-3 head
     eagle3_tree: TreeChoice | None = None      # eagle3: its tree size (tuned for it, or given)
     rank_accuracy3: list[float] | None = None  # eagle3-static: the EAGLE-3 head's per-rank accuracy
+    medusa: torch.nn.Module | None = None      # medusa: the Medusa heads
+    medusa_shape: list[tuple[int, ...]] | None = None  # medusa: its static tree's rank paths
     judge: object | None = None                # judge: the JudgeRule (lab/verify/lossy.py), head and threshold
     verify_top_k: int = 2                      # topk: accept drafts among the target's top K
 
@@ -137,6 +139,11 @@ def load_setup(options: DecodeOptions, methods: list[str]) -> Setup:
     if any(m in EAGLE3_METHODS for m in methods):
         setup.head3, setup.eagle3_tree, setup.rank_accuracy3 = _head(o, target, o.eagle3_head, "eagle3",
                                                                      "--eagle3-head")
+    if "medusa" in methods:
+        check_head(o.medusa_head, "medusa", "--medusa-head")
+        setup.medusa = load_head(target, o.medusa_head)
+        accuracy = head_manifest(o.medusa_head)["evaluation"]["rank_accuracy_by_head"]
+        setup.medusa_shape = static_shape(o.medusa_tree, len(accuracy), accuracy)
     if "judge" in methods:
         probe, delta = load_judge(target)
         setup.judge = JudgeRule(probe, delta if o.judge_threshold is None else o.judge_threshold)

@@ -1,8 +1,8 @@
 """Medusa (Cai et al., 2024): extra heads on the target's own last state, drafting a static tree.
 
 Head k (1-based) reads the target's final normed hidden state h_t, the very vector its LM head
-turns into token t+1, and guesses token t+k+1: a residual block h + SiLU(W_k h + b_k), its
-weight started at zero so that every head begins as the target's next-token guess, read out
+turns into token t+1, and guesses token t+k+1: a residual block h + SiLU(W_k h + b_k), started
+at zero (weight and bias) so that every head begins as the target's next-token guess, read out
 through the target's LM head. The paper gives each head a full vocabulary projection of its
 own; here the heads share the target's LM head restricted to the 8,192-token draft vocabulary
 (`draft_vocabulary`), which adds no 28M-parameter projection per head on this target.
@@ -35,8 +35,9 @@ class MedusaHeads(nn.Module):
         hidden = target.config.hidden_size
         self.feature_layers = (target.config.num_hidden_layers,)  # transformers' index of the normed top feature
         self.blocks = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(heads))
-        for block in self.blocks:
-            nn.init.zeros_(block.weight)  # the residual block starts as the identity: each head as the LM head
+        for block in self.blocks:  # h + SiLU(0) = h: every head starts as the target's next-token guess
+            nn.init.zeros_(block.weight)
+            nn.init.zeros_(block.bias)
         self.register_buffer("vocab", vocab.long())
         self._readout = [target.lm_head]  # shared and frozen: in a list, so it is no submodule of the heads
 
