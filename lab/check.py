@@ -14,7 +14,9 @@ import torch
 from scipy.stats import chisquare
 
 from . import ablation
+from .drafters.eagle_draft import static_shape
 from .drafters.heads import head_manifest
+from .drafters.lookup import continuations
 from .intervals import wilson
 from .train.ttt import ttt_attention_mask
 from .trees import DraftTree
@@ -194,3 +196,49 @@ def check_isolating_pairs(fn: Callable) -> None:
                                 f"{option}" + (" (their numbers of stages differ: compare every stage, "
                                                "following each manifest's init)" if "stages" in found else ""))
     print("isolating_pairs: each pair differs in its factor alone, every stage included")
+
+
+def check_prompt_lookup(fn: Callable, cases: int = 300, seed: int = 0) -> None:
+    """`fn(context, k, max_ngram)` must return the drafts of prompt lookup (notebook 03b): the up
+    to `k` tokens that followed the most recent earlier occurrence of the longest suffix of
+    `context` (of `max_ngram` tokens down to one) that occurred before, or [] when none did."""
+    edge = [([5, 6, 7, 8, 1, 6, 7, 9, 5, 6, 7], 2, 3, "the longest suffix (5 6 7) wins over a more recent 6 7"),
+            ([1, 2, 9, 1, 2, 8, 1, 2], 1, 2, "of two occurrences of 1 2, the more recent one (followed by 8) wins"),
+            ([4, 4, 4], 3, 1, "a continuation may run into the suffix itself: [4]"),
+            ([1, 2, 3], 4, 3, "nothing repeats: no drafts")]
+    for context, k, max_ngram, why in edge:
+        want, got = continuations(context, k, max_ngram, 1, 1), list(fn(list(context), k, max_ngram))
+        if got != (want[0] if want else []):
+            raise ExerciseError(f"context {context}, k={k}, max_ngram={max_ngram}: got {got}, want "
+                                f"{want[0] if want else []} ({why})")
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(cases):
+        context = torch.randint(0, 5, (int(torch.randint(2, 30, (1,), generator=g)),), generator=g).tolist()
+        k, max_ngram = int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(1, 4, (1,), generator=g))
+        want = continuations(context, k, max_ngram, 1, 1)
+        got = list(fn(list(context), k, max_ngram))
+        if got != (want[0] if want else []):
+            raise ExerciseError(f"context {context}, k={k}, max_ngram={max_ngram}: got {got}, want "
+                                f"{want[0] if want else []}")
+    print(f"prompt_lookup: agrees with lab.drafters.lookup on the edge cases and {cases} random contexts")
+
+
+def check_medusa_shape(fn: Callable, cases: int = 200, seed: int = 0) -> None:
+    """`fn(total_tokens, accuracy)` must return Medusa's tree (notebook 03b): the `total_tokens - 1`
+    rank paths (r_1, ..., r_d), d at most len(accuracy), with the largest products of
+    accuracy[j][r_j], as a set (ties excepted: the check uses distinct products)."""
+    g = np.random.default_rng(seed)
+    for _ in range(cases):
+        depth, ranks = int(g.integers(1, 5)), int(g.integers(1, 6))
+        accuracy = [sorted(g.uniform(0.01, 0.9, ranks), reverse=True) for _ in range(depth)]
+        accuracy = [[float(a) for a in row] for row in accuracy]
+        total = int(g.integers(2, 20))
+        want = set(static_shape(total, depth, accuracy))
+        got = {tuple(p) for p in fn(total, accuracy)}
+        if got != want:
+            value = {p: float(np.prod([accuracy[j][r] for j, r in enumerate(p)])) for p in want | got}
+            missing = sorted(want - got, key=lambda p: -value[p])[:3]
+            extra = sorted(got - want, key=lambda p: -value[p])[:3]
+            raise ExerciseError(f"{total} tokens, accuracies {accuracy}: missing {missing}, not wanted {extra} "
+                                "(value a path by the product of its ranks' accuracies, one head per depth)")
+    print(f"medusa_shape: the same tree as lab's static_shape on {cases} random accuracy tables")

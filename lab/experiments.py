@@ -205,10 +205,13 @@ EXPERIMENTS: dict[str, Experiment] = {
     "medusa-heads": Experiment("Medusa-1 heads on the target's cached top features (40 CPU-minutes)", 45, (
         _head("medusa", "train medusa --minutes 40"),)),
     "bench-draftless": Experiment("drafting without a separate draft model, prompt lookup (a chain, a tree), Lookahead "
-                                  "and Medusa, beside EAGLE-2 on the exact engine: MT-Bench and HumanEval", 10, tuple(
-        _bench(name, f"--methods ar,pld,pld-tree,lookahead,medusa,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu "
-                     f"--dataset {dataset}", EAGLE3_BENCH)
-        for name, dataset in (("bench_draftless", "mt_bench"), ("bench_draftless_humaneval", "humaneval")))),
+                                  "and Medusa, beside EAGLE-2 on the exact engine: MT-Bench and HumanEval, greedy "
+                                  "and at T = 1", 20, tuple(
+        _bench(f"{name}{'_t1' if t else ''}", f"--methods ar,pld,pld-tree,lookahead,medusa,eagle2 --dtype bfloat16 "
+                                               f"--eagle-head eagle1-gpu --dataset {dataset}",
+               EAGLE3_BENCH.replace("--temperature 0", f"--temperature {t}"))
+        for t in (0, 1) for name, dataset in (("bench_draftless", "mt_bench"),
+                                              ("bench_draftless_humaneval", "humaneval")))),
     "lookahead-sweep": Experiment("Lookahead's N, W and G at up to 23 positions per step, side by side in one bench "
                                   "(exact engine, MT-Bench)", 10, (
         _bench("bench_lookahead_sweep", "--methods ar," + ",".join(f"lookahead-{n}-{w}-{g}"

@@ -168,7 +168,7 @@ def render_notebook_times() -> str:
     if not entries:
         return "Full-size run times: none recorded yet (`make figures` records them)."
     cpus = sorted({_machine(e) for e in entries.values() if "machine" in e})
-    times = ", ".join(f"`{name[:2]}` {_minutes(entries[name]['seconds'])}" for name in sorted(entries))
+    times = ", ".join(f"`{name.split('_')[0]}` {_minutes(entries[name]['seconds'])}" for name in sorted(entries))
     return (f"Full-size run times (`make figures` on {'; '.join(cpus)}; details in "
             f"[RESULTS.md](RESULTS.md#notebooks-at-full-size)): {times}.")
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from lab.check import (ExerciseError, check_ancestor_mask, check_eagle_input, check_isolating_pairs,
-                       check_n_alpha_interval, check_ttt_mask, check_verify_chain)
+                       check_medusa_shape, check_n_alpha_interval, check_prompt_lookup, check_ttt_mask,
+                       check_verify_chain)
 from lab.errors import LabError
 from lab.exercises import EXERCISES_DIR, NOTEBOOKS_DIR, solution_cells, stale, stub_functions, student_copy
 
@@ -27,8 +28,8 @@ def test_the_committed_student_copies_are_up_to_date():
 
 
 def test_notebooks_02_04_05_06_have_exercises_and_their_copies_are_stubs():
-    names = {p.name[:2] for p in EXERCISES_DIR.glob("*.ipynb")}
-    assert {"02", "04", "05", "06"} <= names
+    names = {p.name.split("_")[0] for p in EXERCISES_DIR.glob("*.ipynb")}
+    assert {"02", "03b", "04", "05", "06"} <= names
     for path in EXERCISES_DIR.glob("*.ipynb"):
         notebook = nbformat.read(path, as_version=4)
         assert not solution_cells(notebook)
@@ -152,3 +153,27 @@ def test_a_pair_that_differs_in_two_options_or_in_stages_fails_the_pairs_check()
         check_isolating_pairs(lambda manifests: {"feature loss": ("ablation-feature-plain", "ablation-token-plain"),
                                                  "training-time test": ("ablation-token-s1", "ablation-token-plain")})
     check_isolating_pairs(REFERENCE["isolating_pairs"])
+
+
+def test_the_first_occurrence_fails_the_prompt_lookup_check():
+    def first_occurrence(context, k, max_ngram):
+        for n in range(min(max_ngram, len(context) - 1), 0, -1):
+            suffix = context[-n:]
+            for start in range(len(context) - n):  # oldest first: the broken part
+                if context[start:start + n] == suffix and context[start + n:start + n + k]:
+                    return context[start + n:start + n + k]
+        return []
+    with pytest.raises(ExerciseError, match="more recent"):
+        check_prompt_lookup(first_occurrence)
+    check_prompt_lookup(REFERENCE["prompt_lookup"])
+
+
+def test_summed_accuracies_fail_the_medusa_shape_check():
+    import itertools
+
+    def by_sum(total_tokens, accuracy):
+        paths = [p for d in range(1, len(accuracy) + 1) for p in itertools.product(range(len(accuracy[0])), repeat=d)]
+        return sorted(paths, key=lambda p: -sum(accuracy[j][r] for j, r in enumerate(p)))[: total_tokens - 1]
+    with pytest.raises(ExerciseError, match="product"):
+        check_medusa_shape(by_sum)
+    check_medusa_shape(REFERENCE["medusa_shape"])

@@ -1,8 +1,8 @@
-"""The paired bootstrap over prompts (Wilson's interval: tests/test_evaluate.py) and the training verdict."""
+"""The paired bootstraps over prompts (Wilson's interval: tests/test_evaluate.py) and the training verdict."""
 import numpy as np
 import pytest
 
-from lab.intervals import paired_bootstrap
+from lab.intervals import paired_bootstrap, ratio_bootstrap
 from lab.train.loop import converged
 
 
@@ -62,3 +62,44 @@ def test_the_convergence_verdict():
     verdict = converged(falling)
     assert verdict["verdict"] == "capped" and verdict["relative_change"] > 0.01
     assert converged([[25, 1.0]])["verdict"] is None
+
+
+def prompt_seconds(rng: np.random.Generator, prompts: int = 10, ratio: float = 1.3):
+    """Seconds two methods took per prompt: prompts differ by a factor of ten in length (shared by
+    both), and the second is `ratio` times slower up to a per-prompt wobble."""
+    length = rng.uniform(1.0, 10.0, prompts)
+    first = length * rng.normal(1.0, 0.05, prompts)
+    return first, ratio * length * rng.normal(1.0, 0.05, prompts)
+
+
+def unpaired_ratio(numerator, denominator, draws=1000, seed=0):
+    """A broken variant: resamples the two methods' prompts independently, as if unrelated."""
+    rng = np.random.default_rng(seed)
+    n, d = np.asarray(numerator), np.asarray(denominator)
+    ratios = n[rng.integers(0, len(n), (draws, len(n)))].sum(1) / d[rng.integers(0, len(d), (draws, len(d)))].sum(1)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(n.sum() / d.sum()), float(low), float(high)
+
+
+@pytest.mark.slow
+def test_the_ratio_bootstrap_covers_the_truth_tightly_and_an_unpaired_one_does_not():
+    rng = np.random.default_rng(0)
+    covered, widths = {"paired": 0, "unpaired": 0}, {"paired": [], "unpaired": []}
+    trials = 200
+    for trial in range(trials):
+        first, second = prompt_seconds(rng)
+        for name, method in (("paired", ratio_bootstrap), ("unpaired", unpaired_ratio)):
+            _, low, high = method(second, first, draws=1000, seed=trial)
+            covered[name] += low <= 1.3 <= high
+            widths[name].append(high - low)
+    assert 0.85 <= covered["paired"] / trials, covered
+    # the unpaired interval mixes the prompts' lengths into the ratio: many times wider, useless
+    assert np.mean(widths["unpaired"]) > 5 * np.mean(widths["paired"]), widths
+
+
+def test_the_ratio_bootstrap_is_a_ratio_of_sums_and_refuses_bad_input():
+    assert ratio_bootstrap([2.0, 6.0], [1.0, 3.0])[0] == 2.0
+    ratio, low, high = ratio_bootstrap(*prompt_seconds(np.random.default_rng(1))[::-1])
+    assert low <= ratio <= high
+    with pytest.raises(ValueError, match="positive denominators"):
+        ratio_bootstrap([1.0, 2.0], [1.0, 0.0])
