@@ -119,3 +119,22 @@ def test_training_lowers_the_loss_and_the_heads_round_trip(tiny, tmp_path):
     with pytest.raises(LabError, match="--heads"):
         MedusaOptions(heads=0)
 
+
+
+def test_the_cost_model_sizes_the_tree_by_what_positions_cost(tmp_path):
+    from lab.costmodel import medusa_tree
+    accuracy = [[0.6, 0.2, 0.1], [0.4, 0.15, 0.05], [0.3, 0.1, 0.05], [0.2, 0.1, 0.05]]
+
+    def tuned(per_position: float):
+        path = tmp_path / f"tuned_{per_position}.json"
+        latency = {str(n): 0.010 + per_position * (n - 1) for n in (1, 2, 4, 8, 16, 32, 64)}
+        path.write_text(json.dumps({"target_latency_seconds": latency, "ar_forward_seconds": 0.010,
+                                    "loop_seconds": 0.0, "prefill_seconds_per_token": 0.0,
+                                    "command": "test", "machine": {"cpu": "test"}}))
+        return path
+    free_shape, free = medusa_tree(accuracy, tuned(0.0), 0.0)
+    costly_shape, costly = medusa_tree(accuracy, tuned(0.004), 0.0)
+    assert free["total_tokens"] == 64 and len(free_shape) == 63  # free positions: the largest size measured
+    assert costly["total_tokens"] < free["total_tokens"] and costly["tau"] < free["tau"]
+    # tau is one plus the summed path values: with (0,) alone, 1 + 0.6
+    assert medusa_tree([[0.6]], tuned(0.0), 0.0)[1]["tau"] == pytest.approx(1.6)

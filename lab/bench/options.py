@@ -58,8 +58,9 @@ class DecodeOptions:
     eagle3_head: str = opt(EAGLE3_SHIPPED, "eagle3: data/eagle/NAME.safetensors (eagle3: the earlier one on half "
                                            "the data; eagle3-gpu: the GPU-trained one)")
     medusa_head: str = opt("medusa", "medusa: data/eagle/NAME.safetensors (`python -m lab train medusa`)")
-    medusa_tree: int = opt(16, "medusa: tokens of its static tree, root included, chosen from the heads' measured "
-                               "per-head rank accuracies", parse=positive)
+    medusa_tree: str = opt("auto", "medusa: tokens of its static tree, root included, or auto = the size the cost "
+                                   "model predicts fastest from this machine's T(n) (the --eagle-head's tuning file "
+                                   "for the dtype) and the heads' measured per-head rank accuracies")
     max_new_tokens: int = opt(128, "new tokens per prompt", parse=positive)
     seed: int = opt(0, "seed of the sampling streams")
     device: str | None = opt(None, "cpu or cuda (default: cuda when available)")

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..costmodel import TreeChoice, given_tree, load_choice
+from ..costmodel import TreeChoice, choice_path, given_tree, load_choice, medusa_tree
 from ..drafters import EagleDraft, draft_vocabulary, static_shape
 from ..drafters.heads import check_head, head_manifest, load_head, rank_accuracy_of
+from ..drafters.medusa import MedusaDraft
 from ..errors import LabError
 from ..judge.probe import load_judge
 from ..sampling import Sampling
+from ..timing import fastest
 from ..target.load import load_draft, load_target, load_tokenizer, make_draft, tiny_target
 from ..verify.lossy import JudgeRule
 from .options import DecodeOptions, tree_triple
@@ -51,6 +53,7 @@ class Setup:
     rank_accuracy3: list[float] | None = None  # eagle3-static: the EAGLE-3 head's per-rank accuracy
     medusa: torch.nn.Module | None = None      # medusa: the Medusa heads
     medusa_shape: list[tuple[int, ...]] | None = None  # medusa: its static tree's rank paths
+    medusa_sizing: dict | None = None          # medusa: the cost model's figures for the size it chose (auto)
     judge: object | None = None                # judge: the JudgeRule (lab/verify/lossy.py), head and threshold
     verify_top_k: int = 2                      # topk: accept drafts among the target's top K
 
@@ -111,6 +114,25 @@ def _head(options: DecodeOptions, target, name: str, kind: str, flag: str):
     return load_head(target, name), tree, rank_accuracy_of(head_manifest(name))
 
 
+def _medusa_shape(options: DecodeOptions, heads, accuracy: list[list[float]]) -> tuple[list, dict | None]:
+    """Medusa's tree: --medusa-tree N tokens, or (auto) the size the cost model picks with this
+    machine's T(n) and the heads' own cost per cycle, timed here."""
+    if options.medusa_tree != "auto":
+        if not options.medusa_tree.isdigit() or int(options.medusa_tree) < 2:
+            raise LabError(f"--medusa-tree takes auto or a number of tokens of at least 2, not {options.medusa_tree!r}")
+        return static_shape(int(options.medusa_tree), len(accuracy), accuracy), None
+    tuned = choice_path(options.dtype, options.eagle_head)
+    if not tuned.exists():
+        raise LabError(f"--medusa-tree auto reads T(n) from {tuned}, which is missing: run `python -m lab tune tree "
+                       f"--name {options.eagle_head} --dtype {options.dtype}` or pass --medusa-tree N")
+    drafter = MedusaDraft(heads, static_shape(16, len(accuracy), accuracy))
+    drafter.begin([0])
+    h = torch.zeros(1, heads.blocks[0].in_features, dtype=heads.blocks[0].weight.dtype)
+    seconds = fastest({"cycle": lambda: (drafter.commit([0, 0], h), drafter.propose([0, 0], 4, Sampling(), None))},
+                      repeats=20)["cycle"]
+    return medusa_tree(accuracy, tuned, seconds)
+
+
 def load_setup(options: DecodeOptions, methods: list[str]) -> Setup:
     """The models and settings `methods` need, from a decoding command's options: the target (and
     the draft model where a method runs it) on the device, the EAGLE heads with their trees, the
@@ -143,7 +165,7 @@ def load_setup(options: DecodeOptions, methods: list[str]) -> Setup:
         check_head(o.medusa_head, "medusa", "--medusa-head")
         setup.medusa = load_head(target, o.medusa_head)
         accuracy = head_manifest(o.medusa_head)["evaluation"]["rank_accuracy_by_head"]
-        setup.medusa_shape = static_shape(o.medusa_tree, len(accuracy), accuracy)
+        setup.medusa_shape, setup.medusa_sizing = _medusa_shape(o, setup.medusa, accuracy)
     if "judge" in methods:
         probe, delta = load_judge(target)
         setup.judge = JudgeRule(probe, delta if o.judge_threshold is None else o.judge_threshold)

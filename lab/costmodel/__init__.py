@@ -20,7 +20,7 @@ the mean tokens per cycle.
 - `choice`: `tune`, the choice files it writes and their readers.
 """
 from .choice import (CHOICE_PATH, WALKED, TreeChoice, choice_path, choice_row, dtype_name, given_tree, load_choice,
-                     tune, tuned_cycle_costs)
+                     medusa_tree, tune, tuned_cycle_costs)
 from .costs import (SPREAD_TOLERANCE, agreeing_rounds, batch_speedups, monotone, predicted_speedup, spread,
                     verification_pass)
 from .tau import (DEPTHS, GREEDY, SIZES, TOP_KS, Continuation, draft_positions, greedy_continuations, measure_trees,
@@ -28,6 +28,6 @@ from .tau import (DEPTHS, GREEDY, SIZES, TOP_KS, Continuation, draft_positions, 
 
 __all__ = ["CHOICE_PATH", "DEPTHS", "GREEDY", "SIZES", "SPREAD_TOLERANCE", "TOP_KS", "WALKED", "Continuation",
            "TreeChoice", "agreeing_rounds", "batch_speedups", "choice_path", "choice_row", "draft_positions",
-           "dtype_name", "given_tree", "greedy_continuations", "load_choice", "measure_trees", "monotone",
-           "node_outcomes", "predicted_speedup", "spread", "tau_at_tree", "tune", "tuned_cycle_costs",
+           "dtype_name", "given_tree", "greedy_continuations", "load_choice", "measure_trees", "medusa_tree",
+           "monotone", "node_outcomes", "predicted_speedup", "spread", "tau_at_tree", "tune", "tuned_cycle_costs",
            "verification_pass", "walk_tau"]

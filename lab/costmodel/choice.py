@@ -1,9 +1,10 @@
 """`tune`: the tree with the best predicted speed-up, measured and written to a choice file per
-head and dtype; and the readers of those files (`load_choice`, `given_tree`, `choice_row`,
-`tuned_cycle_costs`)."""
+head and dtype; the readers of those files (`load_choice`, `given_tree`, `choice_row`,
+`tuned_cycle_costs`); and Medusa's tree sized from such a file's T(n) (`medusa_tree`)."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -198,3 +199,26 @@ def tuned_cycle_costs(path: Path) -> dict:
     c, row = tuned["choice"], choice_row(tuned)
     return {"total_tokens": c["total_tokens"], "draft_seconds": row["draft_seconds"],
             "commit_seconds": tuned["commit_seconds"], "machine": tuned["machine"]["cpu"], "command": tuned["command"]}
+
+
+def medusa_tree(accuracy: list[list[float]], tuned_path: Path, draft_seconds: float
+                ) -> tuple[list[tuple[int, ...]], dict]:
+    """Medusa's static tree, sized by the cost model: at every size n whose T(n) the tuning file
+    `tuned_path` measured (this machine and dtype), the n - 1 best rank paths (`static_shape`),
+    their predicted tau = 1 + the sum of the paths' values (a path's value, the product of its
+    ranks' accuracies `accuracy[head][rank]`, is the chance the whole path is accepted when the
+    heads err independently; at most one node per depth can be), and the predicted speed-up
+    with T(n) and `draft_seconds` per cycle. Returns the best size's paths and its figures."""
+    tuned = json.loads(tuned_path.read_text())
+    latency = {int(n): seconds for n, seconds in tuned["target_latency_seconds"].items()}
+    rows = []
+    for n in sorted(latency):
+        shape = static_shape(n, len(accuracy), accuracy)
+        row = {"total_tokens": n, "draft_seconds": draft_seconds,
+               "tau": 1 + sum(math.prod(accuracy[d][r] for d, r in enumerate(p)) for p in shape)}
+        row["predicted_speedup"] = predicted_speedup(row, latency, 0.0, tuned["ar_forward_seconds"],
+                                                     tuned["loop_seconds"], tuned["prefill_seconds_per_token"])
+        rows.append(row)
+    best = max(rows, key=lambda r: r["predicted_speedup"])
+    return static_shape(best["total_tokens"], len(accuracy), accuracy), {**best, "latency_from": tuned["command"],
+                                                                        "latency_machine": tuned["machine"]["cpu"]}
