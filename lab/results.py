@@ -96,7 +96,7 @@ def _bench_section(path: Path, result: dict) -> list[str]:
     lines = [f"### {path.stem}", "", f"`{repo_path(path)}`, commit {_commit(result)}, {machine}; again: "
              f"{rerun_line(path)}.", "", "```bash", result["command"], "```", ""]
     for name, s in result["config"].get("methods", {}).items():
-        if "tree" in s:
+        if "tree" in s and "head" in s:  # an EAGLE method: which head file drafted
             lines.append(f"* `{name}`: {s['tree']}, depth {s['depth']}, top-k {_number(s['top_k']) or '-'}, "
                          f"{s['total_tokens']} tokens, head `{head_file(result, name)}`")
     lines += ([""] if lines[-1] else []) + [format_table(result), ""]
