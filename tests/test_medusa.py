@@ -138,3 +138,12 @@ def test_the_cost_model_sizes_the_tree_by_what_positions_cost(tmp_path):
     assert costly["total_tokens"] < free["total_tokens"] and costly["tau"] < free["tau"]
     # tau is one plus the summed path values: with (0,) alone, 1 + 0.6
     assert medusa_tree([[0.6]], tuned(0.0), 0.0)[1]["tau"] == pytest.approx(1.6)
+
+
+def test_the_shipped_heads_are_scored_on_the_evaluators_positions():
+    """Head k at position t guesses token t+k+1, as an EAGLE chain's depth k does with the true tokens
+    fed, so both are scored where that token is a response token of the same 50 held-out prompts."""
+    from lab.drafters.heads import head_manifest
+    medusa, eagle1 = head_manifest("medusa")["evaluation"], head_manifest("eagle1")["evaluation"]
+    assert medusa["prompts"] == eagle1["sequences"]
+    assert [h["positions"] for h in medusa["top1_by_head"]] == eagle1["top1_by_depth"]["chains"][:4]
