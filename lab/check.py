@@ -202,24 +202,21 @@ def check_prompt_lookup(fn: Callable, cases: int = 300, seed: int = 0) -> None:
     """`fn(context, k, max_ngram)` must return the drafts of prompt lookup (notebook 03b): the up
     to `k` tokens that followed the most recent earlier occurrence of the longest suffix of
     `context` (of `max_ngram` tokens down to one) that occurred before, or [] when none did."""
-    edge = [([5, 6, 7, 8, 1, 6, 7, 9, 5, 6, 7], 2, 3, "the longest suffix (5 6 7) wins over a more recent 6 7"),
-            ([1, 2, 9, 1, 2, 8, 1, 2], 1, 2, "of two occurrences of 1 2, the more recent one (followed by 8) wins"),
-            ([4, 4, 4], 3, 1, "a continuation may run into the suffix itself: [4]"),
-            ([1, 2, 3], 4, 3, "nothing repeats: no drafts")]
-    for context, k, max_ngram, why in edge:
-        want, got = continuations(context, k, max_ngram, 1, 1), list(fn(list(context), k, max_ngram))
-        if got != (want[0] if want else []):
-            raise ExerciseError(f"context {context}, k={k}, max_ngram={max_ngram}: got {got}, want "
-                                f"{want[0] if want else []} ({why})")
+    # the edge cases first, each with what it tests; then seeded random contexts over five tokens
+    edge = [([5, 6, 7, 8, 1, 6, 7, 9, 5, 6, 7], 2, 3, " (the longest suffix, 5 6 7, wins over a more recent 6 7)"),
+            ([1, 2, 9, 1, 2, 8, 1, 2], 1, 2, " (of two occurrences of 1 2, the more recent one, followed by 8, wins)"),
+            ([4, 4, 4], 3, 1, " (a continuation may run into the suffix itself: [4])"),
+            ([1, 2, 3], 4, 3, " (nothing repeats: no drafts)")]
     g = torch.Generator().manual_seed(seed)
     for _ in range(cases):
         context = torch.randint(0, 5, (int(torch.randint(2, 30, (1,), generator=g)),), generator=g).tolist()
         k, max_ngram = int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(1, 4, (1,), generator=g))
-        want = continuations(context, k, max_ngram, 1, 1)
-        got = list(fn(list(context), k, max_ngram))
-        if got != (want[0] if want else []):
-            raise ExerciseError(f"context {context}, k={k}, max_ngram={max_ngram}: got {got}, want "
-                                f"{want[0] if want else []}")
+        edge.append((context, k, max_ngram, ""))
+    for context, k, max_ngram, why in edge:
+        found = continuations(context, k, max_ngram, 1, 1)
+        want, got = found[0] if found else [], list(fn(list(context), k, max_ngram))
+        if got != want:
+            raise ExerciseError(f"context {context}, k={k}, max_ngram={max_ngram}: got {got}, want {want}{why}")
     print(f"prompt_lookup: agrees with lab.drafters.lookup on the edge cases and {cases} random contexts")
 
 

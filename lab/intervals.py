@@ -1,5 +1,6 @@
-"""The intervals the chapters print beside small samples: Wilson's for a proportion, and a paired
-bootstrap over prompts for the difference of two methods measured on the same prompts."""
+"""The intervals the chapters print beside small samples: Wilson's for a proportion, and paired
+bootstraps over prompts for two methods measured on the same prompts (a difference of means, a
+ratio of totals)."""
 from __future__ import annotations
 
 import math
@@ -17,6 +18,15 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def _percentile_interval(statistic, groups: int, draws: int, level: float, seed: int) -> tuple[float, float]:
+    """The percentile interval of `statistic(picks)` over `draws` resamplings of `groups` whole
+    groups with replacement (`picks` [draws, groups] holds the groups drawn)."""
+    picks = np.random.default_rng(seed).integers(0, groups, size=(draws, groups))
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(statistic(picks), [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def paired_bootstrap(weights: list[float], a: list[float], b: list[float], draws: int = 4000, level: float = 0.95,
                      seed: int = 0) -> tuple[float, float, float]:
     """(difference, low, high): the weighted mean of `b` minus that of `a` over groups measured on
@@ -27,12 +37,9 @@ def paired_bootstrap(weights: list[float], a: list[float], b: list[float], draws
     w, a, b = (np.asarray(x, dtype=float) for x in (weights, a, b))
     if not len(w) == len(a) == len(b) or len(w) < 2:
         raise ValueError("paired_bootstrap needs the same two or more groups measured by both")
-    picks = np.random.default_rng(seed).integers(0, len(w), size=(draws, len(w)))
-    ww = w[picks]
-    diffs = (ww * (b[picks] - a[picks])).sum(1) / ww.sum(1)
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(diffs, [tail, 100 - tail])
-    return float((w * (b - a)).sum() / w.sum()), float(low), float(high)
+    low, high = _percentile_interval(lambda picks: (w[picks] * (b[picks] - a[picks])).sum(1) / w[picks].sum(1),
+                                     len(w), draws, level, seed)
+    return float((w * (b - a)).sum() / w.sum()), low, high
 
 
 def ratio_bootstrap(numerator: list[float], denominator: list[float], draws: int = 4000, level: float = 0.95,
@@ -44,8 +51,5 @@ def ratio_bootstrap(numerator: list[float], denominator: list[float], draws: int
     n, d = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
     if len(n) != len(d) or len(n) < 2 or (d <= 0).any():
         raise ValueError("ratio_bootstrap needs the same two or more items, with positive denominators")
-    picks = np.random.default_rng(seed).integers(0, len(n), size=(draws, len(n)))
-    ratios = n[picks].sum(1) / d[picks].sum(1)
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return float(n.sum() / d.sum()), float(low), float(high)
+    low, high = _percentile_interval(lambda picks: n[picks].sum(1) / d[picks].sum(1), len(n), draws, level, seed)
+    return float(n.sum() / d.sum()), low, high

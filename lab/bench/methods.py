@@ -166,8 +166,8 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
                 "tree": "static (Medusa: greedy by the product of measured per-head rank accuracies)",
                 "total_tokens": len(setup.medusa_shape) + 1, "depth": max(map(len, setup.medusa_shape)),
                 "draft_vocab": len(setup.medusa.vocab), "sized_by_cost_model": setup.medusa_sizing}
-    if lookahead_config(method, setup.lookahead):
-        n, w, g = lookahead_config(method, setup.lookahead)
+    if lookahead := lookahead_config(method, setup.lookahead):
+        n, w, g = lookahead
         return {"loop": "lab.decode", "verification_kernel": kernel, "n": n, "window": w, "pool": g,
                 "positions_per_step": lookahead_positions(n, w, g)}
     if method in EAGLE_METHODS:
