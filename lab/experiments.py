@@ -175,6 +175,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         _step("data/eagle/tree_choice_bfloat16.json", "tune tree --dtype bfloat16"),
         _step("data/eagle/tree_choice_eagle1-gpu_bfloat16.json", "tune tree --head eagle1 --name eagle1-gpu "
                                                                  "--dtype bfloat16"),
+        _step("data/eagle/tree_choice_eagle1-gpu.json", "tune tree --head eagle1 --name eagle1-gpu"),
         _step("data/eagle/tree_choice_eagle3-full.json", "tune tree --head eagle3 --name eagle3-full"),
         _step("data/eagle/tree_choice_eagle3.json", "tune tree --head eagle3 --name eagle3"))),
     # ---- benchmarks ---------------------------------------------------------------------------
@@ -205,13 +206,13 @@ EXPERIMENTS: dict[str, Experiment] = {
     "medusa-heads": Experiment("Medusa-1 heads on the target's cached top features (40 CPU-minutes)", 45, (
         _head("medusa", "train medusa --minutes 40"),)),
     "bench-draftless": Experiment("drafting without a separate draft model, prompt lookup (a chain, a tree), Lookahead "
-                                  "and Medusa, beside EAGLE-2 on the exact engine: MT-Bench and HumanEval, greedy "
-                                  "and at T = 1", 20, tuple(
-        _bench(f"{name}{'_t1' if t else ''}", f"--methods ar,pld,pld-tree,lookahead,medusa,eagle2 --dtype bfloat16 "
-                                               f"--eagle-head eagle1-gpu --dataset {dataset}",
-               EAGLE3_BENCH.replace("--temperature 0", f"--temperature {t}"))
-        for t in (0, 1) for name, dataset in (("bench_draftless", "mt_bench"),
-                                              ("bench_draftless_humaneval", "humaneval")))),
+                                  "and Medusa, beside EAGLE-2, on the exact bfloat16 engine and on the float32 path: "
+                                  "MT-Bench and HumanEval, greedy and at T = 1", 45, tuple(
+        _bench(f"{name}{'_fp32' if dtype == 'float32' else ''}{'_t1' if t else ''}",
+               f"--methods ar,pld,pld-tree,lookahead,medusa,eagle2 --dtype {dtype} --eagle-head eagle1-gpu "
+               f"--dataset {dataset}", EAGLE3_BENCH.replace("--temperature 0", f"--temperature {t}"))
+        for dtype in ("bfloat16", "float32") for t in (0, 1)
+        for name, dataset in (("bench_draftless", "mt_bench"), ("bench_draftless_humaneval", "humaneval")))),
     "lookahead-sweep": Experiment("Lookahead's N, W and G at up to 23 positions per step, side by side in one bench "
                                   "(exact engine, MT-Bench)", 10, (
         _bench("bench_lookahead_sweep", "--methods ar," + ",".join(f"lookahead-{n}-{w}-{g}"
@@ -230,7 +231,8 @@ EXPERIMENTS: dict[str, Experiment] = {
         for tag, dataset in (("tree24", "mt_bench"), ("humaneval", "humaneval")))),
     "end-to-end": Experiment("every method on MT-Bench, HumanEval and held-out ShareGPT at T = 0 and 1 (notebook 08)",
                              30, (_step("data/results/end_to_end.json",
-                                        "endtoend --methods ar,hf,hf-assisted,hf-pld,sd,eagle1,eagle2,eagle3,judge "
+                                        "endtoend --methods ar,hf,hf-assisted,hf-pld,sd,pld,lookahead,medusa,eagle1,"
+                                        "eagle2,eagle3,judge "
                                         "--settings mt_bench:0,humaneval:0,sharegpt_heldout:0,mt_bench:1,humaneval:1,"
                                         "sharegpt_heldout:1 --limit 4 --max-new-tokens 64 --dtype bfloat16 "
                                         "--eagle-tree 2,4,6 --seed 0", resumes=True),)),

@@ -104,7 +104,7 @@ class GenerateOptions(DecodeOptions):
 @dataclass
 class EndToEndOptions(DecodeOptions):
     """`python -m lab endtoend`: bench on several datasets and temperatures into one resumable file."""
-    methods: str = opt("ar,hf,hf-assisted,hf-pld,sd,eagle1,eagle2,eagle3,judge",
+    methods: str = opt("ar,hf,hf-assisted,hf-pld,sd,pld,lookahead,medusa,eagle1,eagle2,eagle3,judge",
                        "comma-separated, as for bench (a lossy rule runs at temperature 0 only)")
     settings: str = opt("mt_bench:0,humaneval:0,sharegpt_heldout:0,mt_bench:1,humaneval:1,sharegpt_heldout:1",
                         "dataset:temperature pairs, comma-separated")
