@@ -95,19 +95,47 @@ def git_commit() -> str:
         return "unknown"
 
 
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
+def _cpuinfo(key: str) -> str | None:
+    """The first `key : value` of /proc/cpuinfo (None where there is none, or no such file)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        return None
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.split(":", 1)[0].strip() == key), None)
+
+
+def cpu_flags() -> set[str]:
+    """The instruction-set flags the kernel reports for this CPU (empty where it reports none)."""
+    return set((_cpuinfo("flags") or "").split())
+
+
+def cpu_fingerprint() -> dict:
+    """What decides which tree pays on a CPU: its model name, the vector and matrix instruction sets
+    that set the speed of the target's products, the cores and the L3 size. Two machines with the
+    same fingerprint share a tuning; a tuning is never used on another one without saying so."""
+    flags = cpu_flags()
+    try:
+        l3 = (Path("/sys/devices/system/cpu/cpu0/cache/index3/size")).read_text().strip()
+    except OSError:
+        l3 = "unknown"
+    isa = [name for name, flag in (("avx2", "avx2"), ("avx512", "avx512f"), ("avx512_bf16", "avx512_bf16"),
+                                   ("amx", "amx_bf16")) if flag in flags]
+    return {"cpu": _cpuinfo("model name") or platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "isa": isa, "l3": l3}
+
+
+def fingerprint_id(fingerprint: dict) -> str:
+    """A fingerprint as one short name, e.g. `amd-epyc_2c_l3-32768K_avx2-avx512-avx512_bf16`."""
+    cpu = "-".join("".join(c if c.isalnum() else " " for c in fingerprint["cpu"].lower()).split())
+    return f"{cpu}_{fingerprint['cores']}c_l3-{fingerprint['l3']}_{'-'.join(fingerprint['isa']) or 'none'}"
+
+
+def machine() -> dict:
+    fingerprint = cpu_fingerprint()
+    return {"cpu": fingerprint["cpu"], "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version()}
+            "python": platform.python_version(), "fingerprint": fingerprint}
 
 
 def command_line() -> str:

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from .artifacts import command_line, git_commit, machine, repo_path, write_json
+from .artifacts import command_line, cpu_fingerprint, fingerprint_id, git_commit, machine, repo_path, write_json
 from .bench import (METHODS, drafting_line, format_table, is_method, load_setup, make_drafter, profiled, run_bench,
                     verification_line)
 from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
 from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive, tree_triple
-from .costmodel import choice_path, choice_row, tau_at_tree, tune
+from .costmodel import choice_path, choice_row, quick_tune, tau_at_tree, tune, tuning_cache_path
 from .data import chat_ids, load_prompts, mt_bench, prompts_file
 from .decode import decode
 from .drafters.eagle3 import export_head
@@ -89,6 +89,8 @@ class TuneOptions:
                                  f"{EAGLE3_SHIPPED})")
     dtype: str = opt("float32", "the target's dtype to tune for (each has its own choice file)",
                      choices=["float32", "bfloat16"])
+    quick: bool = opt(False, "a smaller grid on 6 prompts (about a minute), kept in .cache/tuning/ for this "
+                             "machine's fingerprint instead of data/eagle/")
 
 
 @dataclass
@@ -215,18 +217,28 @@ def _tune(args: argparse.Namespace) -> None:
     name = o.name or shipped_head(o.head)
     check_head(name, o.head, "--name")
     target = load_target(o.dtype)
-    path = choice_path(o.dtype, name)
-    draft_vocab = 0 if o.head == "eagle3" else o.draft_vocab  # EAGLE-3 drafts over its own vocabulary
-    result = tune(target, load_tokenizer(), load_head(target, name), max_new_tokens=o.max_new_tokens,
-                  positions=o.positions, draft_vocab=draft_vocab, path=path, head_name=name)
-    c, row = result["choice"], choice_row(result)
+    head = load_head(target, name)
+    if o.quick:
+        path = tuning_cache_path(o.dtype, name)
+        result = quick_tune(target, load_tokenizer(), head, name, path)
+    else:
+        path = choice_path(o.dtype, name)
+        draft_vocab = 0 if o.head == "eagle3" else o.draft_vocab  # EAGLE-3 drafts over its own vocabulary
+        result = tune(target, load_tokenizer(), head, max_new_tokens=o.max_new_tokens, positions=o.positions,
+                      draft_vocab=draft_vocab, path=path, head_name=name)
+    c = result["choice"]
+    where = f"written to {repo_path(path)} (this machine: {fingerprint_id(cpu_fingerprint())})"
+    if c["total_tokens"] == 1:
+        print(f"no tree pays on this machine (the best predicted {result['best_tree_predicted_speedup']:.2f}x AR): "
+              f"the choice is AR; {where}")
+        return
+    row = choice_row(result)
     print(f"chosen dynamic tree: depth {c['depth']}, top-k {c['top_k']}, {c['total_tokens']} tokens: "
           f"predicted tau {c['predicted_tau']:.2f} (walked; {row['tau']:.2f} at uniform roots), "
           f"speed-up {c['predicted_speedup']:.2f}x "
           f"(static tree of the same size: tau {c['static_predicted_tau']:.2f}, "
           f"{c['static_predicted_speedup']:.2f}x); draft vocabulary {result['draft_vocab_size']} "
-          f"(covers {result['draft_vocab_coverage_of_tuning_responses']:.1%} of the tuning answers' tokens); "
-          f"written to {repo_path(path)}")
+          f"(covers {result['draft_vocab_coverage_of_tuning_responses']:.1%} of the tuning answers' tokens); {where}")
 
 
 def _export(args: argparse.Namespace) -> None:

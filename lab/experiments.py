@@ -213,6 +213,9 @@ EXPERIMENTS: dict[str, Experiment] = {
                f"--dataset {dataset}", EAGLE3_BENCH.replace("--temperature 0", f"--temperature {t}"))
         for dtype in ("bfloat16", "float32") for t in (0, 1)
         for name, dataset in (("bench_draftless", "mt_bench"), ("bench_draftless_humaneval", "humaneval")))),
+    "float32-tuned": Experiment("the float32 path with the tree this machine's tuning picks (AR where no tree "
+                                "pays): AR, EAGLE-1 and EAGLE-2 in three runs", 20, tuple(
+        _bench(f"bench_float32_tuned_{run}", "--methods ar,eagle1,eagle2 --dtype float32") for run in (1, 2, 3))),
     "lookahead-sweep": Experiment("Lookahead's N, W and G at up to 23 positions per step, side by side in one bench "
                                   "(exact engine, MT-Bench)", 10, (
         _bench("bench_lookahead_sweep", "--methods ar," + ",".join(f"lookahead-{n}-{w}-{g}"

@@ -261,6 +261,7 @@ def test_head_loss_feature_term_is_zero_for_a_perfect_prediction(tiny):
 
 def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, trusted_timings):
     from lab.costmodel import predicted_speedup, tune
+    from lab.costmodel.choice import PAYS
     result = tune(tiny, tokenizer, EagleHead(tiny).eval(), prompts=mt_bench(2), max_new_tokens=10, positions=6,
                   prefix=16, path=None, rank_accuracy=[0.3, 0.1], depths=(2, 3), top_ks=(1, 2), sizes=(2, 4))
     latency = {int(k): v for k, v in result["target_latency_seconds"].items()}
@@ -286,8 +287,12 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, trusted_timin
     assert all(latency[a] <= latency[b] for a, b in zip(sorted(latency), sorted(latency)[1:]))
     assert set(measured) == set(latency)
     best = max(walked, key=lambda r: r["walked_predicted_speedup"])
-    assert result["choice"]["predicted_speedup"] == round(best["walked_predicted_speedup"], 4)
-    assert result["choice"]["predicted_tau"] == round(best["walked_tau"], 4)
+    assert result["best_tree_predicted_speedup"] == round(best["walked_predicted_speedup"], 4)
+    if best["walked_predicted_speedup"] >= PAYS:  # the best walked tree, if it pays; else AR
+        assert result["choice"]["predicted_speedup"] == round(best["walked_predicted_speedup"], 4)
+        assert result["choice"]["predicted_tau"] == round(best["walked_tau"], 4)
+    else:
+        assert result["choice"]["total_tokens"] == 1 and result["choice"]["predicted_speedup"] == 1.0
     assert [r["total_tokens"] for r in result["static"]] == [2, 4]
 
 

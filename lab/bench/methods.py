@@ -175,8 +175,9 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
         static = method in STATIC_METHODS
         head = setup.head3 if method in EAGLE3_METHODS else setup.head
         return {"loop": "lab.decode", "verification_kernel": kernel, "head": getattr(head, "variant", None),
-                "tree": "static (EAGLE-1 shape from per-rank accuracy)" if static
-                else "dynamic (EAGLE-2 expansion and reranking)",
+                "tree": "none: this machine's tuning chose AR" if t.is_ar
+                else "static (EAGLE-1 shape from per-rank accuracy)" if static
+                else "dynamic (EAGLE-2 expansion and reranking)", "tree_source": t.source or "given (--eagle-tree)",
                 "depth": t.depth, "top_k": None if static else t.top_k, "total_tokens": t.total_tokens,
                 "draft_vocab": t.draft_vocab or "all",
                 "predicted_tau": t.static_predicted_tau if static else t.predicted_tau,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..costmodel import TreeChoice, choice_path, given_tree, load_choice, medusa_tree
-from ..drafters import EagleDraft, draft_vocabulary, static_shape
+from ..costmodel import TreeChoice, given_tree, machine_tuning, medusa_tree, quick_tune, tree_for_machine
+from ..drafters import EagleDraft, NoDraft, draft_vocabulary, static_shape
 from ..drafters.heads import check_head, head_manifest, load_head, rank_accuracy_of
 from ..drafters.medusa import MedusaDraft
 from ..errors import LabError
@@ -60,13 +60,16 @@ class Setup:
     def tree_for(self, method: str) -> TreeChoice:
         return self.eagle3_tree if method in EAGLE3_METHODS else self.eagle_tree
 
-    def eagle_drafter(self, method: str) -> EagleDraft:
+    def eagle_drafter(self, method: str) -> EagleDraft | NoDraft:
+        """The head's drafter at its tree; no drafts where the machine's tuning chose AR."""
         eagle3 = method in EAGLE3_METHODS
         head = self.head3 if eagle3 else self.head
         t = self.tree_for(method)
         if head is None or t is None:
             raise LabError(f"{method} needs an EAGLE head and a tree size "
                            "(Setup.head/head3, Setup.eagle_tree/eagle3_tree)")
+        if t.is_ar:
+            return NoDraft()
         # an EAGLE-3 head drafts over its own vocabulary; EAGLE-1's may be given a reduced one
         vocab = draft_vocabulary(t.draft_vocab) if t.draft_vocab and not eagle3 else None
         if method in STATIC_METHODS:
@@ -95,23 +98,29 @@ def is_method(method: str) -> bool:
 NEEDS_DRAFT = ("sd", "sd-tree", "hf-assisted", "judge", "topk")  # the methods that run the draft model
 
 
-def _tree_choice(options: DecodeOptions, head: str, kind: str) -> TreeChoice:
-    """The tree size for the head file `head` of `kind`: its own tuning, or the given --eagle-tree."""
+def _given_tree(options: DecodeOptions) -> tuple[int, int, int] | None:
+    """The --eagle-tree triple, None for auto."""
     if options.eagle_tree == "auto":
-        return load_choice(dtype=options.dtype, head=head, kind=kind)
+        return None
     try:
-        tree = tree_triple(options.eagle_tree)
+        return tree_triple(options.eagle_tree)
     except argparse.ArgumentTypeError as err:
         raise LabError(f"--eagle-tree {err}") from None
-    return given_tree(*tree, dtype=options.dtype, head=head, kind=kind)
 
 
-def _head(options: DecodeOptions, target, name: str, kind: str, flag: str):
-    """A head file, its tree size and the per-rank accuracies of its manifest (for a static tree);
-    a bad --eagle-tree fails before any loading."""
+def _head(options: DecodeOptions, target, tokenizer, name: str, kind: str, flag: str):
+    """A head file, its tree (the given --eagle-tree, else this machine's tuning: see
+    `tree_for_machine`, whose one line is printed) and the per-rank accuracies of its manifest
+    (for a static tree); a bad --eagle-tree fails before any loading."""
     check_head(name, kind, flag)
-    tree = _tree_choice(options, name, kind)
-    return load_head(target, name), tree, rank_accuracy_of(head_manifest(name))
+    given = _given_tree(options)
+    head = load_head(target, name)
+    if given:
+        tree = given_tree(*given, dtype=options.dtype, head=name, kind=kind)
+    else:
+        tree = tree_for_machine(options.dtype, name, kind, lambda path: quick_tune(target, tokenizer, head, name, path))
+        print(f"[tree] {name}: {tree.source}", flush=True)
+    return head, tree, rank_accuracy_of(head_manifest(name))
 
 
 def _medusa_shape(options: DecodeOptions, heads, accuracy: list[list[float]]) -> tuple[list, dict | None]:
@@ -121,10 +130,11 @@ def _medusa_shape(options: DecodeOptions, heads, accuracy: list[list[float]]) ->
         if not options.medusa_tree.isdigit() or int(options.medusa_tree) < 2:
             raise LabError(f"--medusa-tree takes auto or a number of tokens of at least 2, not {options.medusa_tree!r}")
         return static_shape(int(options.medusa_tree), len(accuracy), accuracy), None
-    tuned = choice_path(options.dtype, options.eagle_head)
-    if not tuned.exists():
-        raise LabError(f"--medusa-tree auto reads T(n) from {tuned}, which is missing: run `python -m lab tune tree "
-                       f"--name {options.eagle_head} --dtype {options.dtype}` or pass --medusa-tree N")
+    tuned, why = machine_tuning(options.dtype, options.eagle_head)
+    if tuned is None:
+        raise LabError(f"--medusa-tree auto reads this machine's T(n) from a tuning file: {why}; run `python -m "
+                       f"lab tune tree --name {options.eagle_head} --dtype {options.dtype} --quick` or pass "
+                       "--medusa-tree N")
     drafter = MedusaDraft(heads, static_shape(16, len(accuracy), accuracy))
     drafter.begin([0])
     h = torch.zeros(1, heads.blocks[0].in_features, dtype=heads.blocks[0].weight.dtype)
@@ -157,10 +167,11 @@ def load_setup(options: DecodeOptions, methods: list[str]) -> Setup:
     setup = Setup(target, draft, load_tokenizer(), Sampling(o.temperature, o.top_k, o.top_p), o.max_new_tokens,
                   o.draft_len, o.seed, o.kernel, tuple(o.tree), tuple(o.lookahead), verify_top_k=o.verify_top_k)
     if any(m in ("eagle1", "eagle2") for m in methods):
-        setup.head, setup.eagle_tree, setup.rank_accuracy = _head(o, target, o.eagle_head, "eagle1", "--eagle-head")
+        setup.head, setup.eagle_tree, setup.rank_accuracy = _head(o, target, setup.tokenizer, o.eagle_head, "eagle1",
+                                                                  "--eagle-head")
     if any(m in EAGLE3_METHODS for m in methods):
-        setup.head3, setup.eagle3_tree, setup.rank_accuracy3 = _head(o, target, o.eagle3_head, "eagle3",
-                                                                     "--eagle3-head")
+        setup.head3, setup.eagle3_tree, setup.rank_accuracy3 = _head(o, target, setup.tokenizer, o.eagle3_head,
+                                                                     "eagle3", "--eagle3-head")
     if "medusa" in methods:
         check_head(o.medusa_head, "medusa", "--medusa-head")
         setup.medusa = load_head(target, o.medusa_head)

@@ -17,10 +17,12 @@ the mean tokens per cycle.
 - `tau`: tau counted on the target's own greedy continuations without its tree forward (greedy
   verification of a tree is a walk along the continuation): screened at uniform roots
   (`measure_trees`), then walked cycle by cycle as decoding does (`walk_tau`).
-- `choice`: `tune`, the choice files it writes and their readers.
+- `choice`: `tune`, the choice files it writes (each with its CPU's fingerprint) and their readers;
+  `tree_for_machine`, the tree decoding uses on this machine.
 """
 from .choice import (CHOICE_PATH, WALKED, TreeChoice, choice_path, choice_row, dtype_name, given_tree, load_choice,
-                     medusa_tree, tune, tuned_cycle_costs)
+                     machine_tuning, medusa_tree, quick_tune, tree_for_machine, tune, tuned_cycle_costs,
+                     tuning_cache_path)
 from .costs import (SPREAD_TOLERANCE, agreeing_rounds, batch_speedups, monotone, predicted_speedup, spread,
                     verification_pass)
 from .tau import (DEPTHS, GREEDY, SIZES, TOP_KS, Continuation, draft_positions, greedy_continuations, measure_trees,
@@ -28,6 +30,6 @@ from .tau import (DEPTHS, GREEDY, SIZES, TOP_KS, Continuation, draft_positions, 
 
 __all__ = ["CHOICE_PATH", "DEPTHS", "GREEDY", "SIZES", "SPREAD_TOLERANCE", "TOP_KS", "WALKED", "Continuation",
            "TreeChoice", "agreeing_rounds", "batch_speedups", "choice_path", "choice_row", "draft_positions",
-           "dtype_name", "given_tree", "greedy_continuations", "load_choice", "measure_trees", "medusa_tree",
-           "monotone", "node_outcomes", "predicted_speedup", "spread", "tau_at_tree", "tune", "tuned_cycle_costs",
-           "verification_pass", "walk_tau"]
+           "dtype_name", "given_tree", "greedy_continuations", "load_choice", "machine_tuning", "measure_trees",
+           "medusa_tree", "monotone", "node_outcomes", "predicted_speedup", "quick_tune", "spread", "tau_at_tree",
+           "tree_for_machine", "tune", "tuned_cycle_costs", "tuning_cache_path", "verification_pass", "walk_tau"]

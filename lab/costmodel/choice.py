@@ -1,16 +1,22 @@
-"""`tune`: the tree with the best predicted speed-up, measured and written to a choice file per
-head and dtype; the readers of those files (`load_choice`, `given_tree`, `choice_row`,
+"""`tune`: the tree with the best predicted speed-up (or AR, where none pays), measured and written
+to a choice file per head and dtype that records the CPU's fingerprint; `tree_for_machine`, which
+uses a tuning only on the machine it was made for (else tunes quickly, or falls back, and says
+which); the readers of those files (`load_choice`, `given_tree`, `choice_row`,
 `tuned_cycle_costs`); and Medusa's tree sized from such a file's T(n) (`medusa_tree`)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from ..artifacts import command_line, git_commit, machine, write_json
+from ..artifacts import command_line, cpu_fingerprint, fingerprint_id, git_commit, machine, repo_path, write_json
 from ..data import mt_bench
 from ..drafters import EagleDraft, draft_vocabulary, static_shape
 from ..drafters.eagle1 import EagleHead
@@ -18,12 +24,20 @@ from ..drafters.eagle3 import Eagle3Head
 from ..drafters.heads import head_manifest, rank_accuracy_of
 from ..errors import LabError
 from ..measure import forward_latency, latency_table
-from ..paths import DATA_DIR, fast_mode, shipped_head
+from ..paths import CACHE_DIR, DATA_DIR, fast_mode, shipped_head
 from .costs import agreeing_rounds, monotone, predicted_speedup, spread, verification_pass
 from .tau import DEPTHS, SIZES, TOP_KS, Continuation, draft_positions, greedy_continuations, measure_trees, walk_tau
 
 CHOICE_PATH = DATA_DIR / "eagle" / "tree_choice.json"
 WALKED = 5  # the best trees by the uniform-position tau that tuning scores again by walking
+# `tune tree --quick`: a smaller grid on fewer, shorter continuations, about a minute on 2 cores
+QUICK = {"prompts": 6, "max_new_tokens": 48, "positions": 48, "depths": (2, 3, 4), "top_ks": (1, 2, 4),
+         "sizes": (2, 3, 4, 6, 8, 12, 16), "walked": 3}
+# A tree is chosen only if predicted at least this much faster than AR; else the choice is AR. The
+# tuner's predictions have missed the bench by more than 5% (docs/findings.md, "Trees and the cost
+# model"), so a tree predicted at 1.00x is as likely to lose as to win.
+PAYS = 1.05
+CONSERVATIVE = (2, 1, 3)  # where no tuning for the machine exists: a chain of two drafts, cheap to verify
 
 
 @dataclass
@@ -38,13 +52,21 @@ class TreeChoice:
     static_predicted_tau: float | None = None
     static_predicted_speedup: float | None = None
     draft_vocab: int = 0  # drafts restricted to this many most frequent tokens (0: all)
+    source: str = ""      # where this tree came from, in one line (not stored in a choice file)
+
+    @property
+    def is_ar(self) -> bool:
+        """The tuner found no tree that pays on its machine: decode without drafts."""
+        return self.total_tokens == 1
 
 
 def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_tokens: int = 128, positions: int = 160,
          prefix: int = 300, path: Path | None = None, seed: int = 0, rank_accuracy: list[float] | None = None,
-         depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0, head_name: str | None = None) -> dict:
+         depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0, head_name: str | None = None,
+         walked: int = WALKED) -> dict:
     """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
-    speed-up; write everything (and the static tree's figures at the same budget) to `path`
+    speed-up, or AR (a tree of the root alone) where no tree is predicted to beat it; write
+    everything (and the static tree's figures at the same budget) to `path`
     (`python -m lab tune tree` passes `choice_path(dtype, name)`; None writes nothing).
     `head_name` is the head's file under data/eagle (default: its kind's shipped one): its
     manifest gives the per-rank accuracy that shapes the static tree."""
@@ -82,7 +104,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     for row in first["dynamic"]:
         row["predicted_speedup"] = predicted_speedup(row, *costs)
     # screened on the uniform positions, decided on the walk (lab/costmodel/tau.py says why)
-    for row in sorted(first["dynamic"], key=lambda r: r["predicted_speedup"], reverse=True)[:WALKED]:
+    for row in sorted(first["dynamic"], key=lambda r: r["predicted_speedup"], reverse=True)[:walked]:
         drafter = EagleDraft(head, "dynamic", row["depth"], row["top_k"], row["total_tokens"], vocab=vocab)
         _walk(row, drafter, seqs, costs)
     best = max((r for r in first["dynamic"] if "walked_tau" in r), key=lambda r: r["walked_predicted_speedup"])
@@ -96,6 +118,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     choice = TreeChoice(best["depth"], best["top_k"], best["total_tokens"], round(best["walked_tau"], 4),
                         round(best["walked_predicted_speedup"], 4), round(same["walked_tau"], 4),
                         round(same["walked_predicted_speedup"], 4), draft_vocab)
+    choice = tree_or_ar(choice)
     responses = torch.tensor([t for c in seqs for t in c.ids[c.prompt_len:]])
     drafted = own.cpu() if own is not None else vocab
     coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
@@ -112,14 +135,21 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
               "commit_seconds": commit, "commit_seconds_repeated": first["commit_seconds_repeated"],
               "ar_seconds_per_token": ar_per_token,
               "predicted_ar_seconds_per_token": prefill + ar_forward + loop, "positions": first["positions"],
-              "walked_trees": WALKED,
+              "walked_trees": walked, "best_tree_predicted_speedup": round(best["walked_predicted_speedup"], 4),
               "draft_vocab": draft_vocab, "draft_vocab_coverage_of_tuning_responses": coverage,
               "draft_vocab_size": len(drafted) if drafted is not None else "all",
-              "choice": asdict(choice), "dynamic": first["dynamic"], "static": static,
+              "choice": {k: v for k, v in asdict(choice).items() if k != "source"},
+              "dynamic": first["dynamic"], "static": static,
               "rank_accuracy": rank_accuracy}
     if path:
         write_json(path, result)
     return result
+
+
+def tree_or_ar(best: TreeChoice) -> TreeChoice:
+    """The tuner's best tree if it is predicted to pay (PAYS), else AR: the root alone, whose
+    predicted speed-up is 1 by definition."""
+    return best if best.predicted_speedup >= PAYS else TreeChoice(0, 0, 1, 1.0, 1.0, draft_vocab=best.draft_vocab)
 
 
 def _walk(row: dict, drafter: EagleDraft, seqs: list[Continuation], costs: tuple) -> None:
@@ -161,6 +191,70 @@ def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "e
         raise LabError(f"the tree in {path} was tuned with the target in {tuned['dtype']}, not {dtype}: "
                        f"run `{_tune_command(head, kind, dtype)}` or pass --eagle-tree depth,top-k,total")
     return TreeChoice(**tuned["choice"])
+
+
+def tuning_cache_path(dtype: str, head: str, fingerprint: dict | None = None) -> Path:
+    """Where `python -m lab tune tree --quick` keeps a head's tuning for one machine (a cache: not
+    shipped, rebuilt in about a minute)."""
+    return CACHE_DIR / "tuning" / fingerprint_id(fingerprint or cpu_fingerprint()) / choice_path(dtype, head).name
+
+
+def _made_on(tuned: dict) -> str:
+    m = tuned.get("machine", {})
+    made = m.get("fingerprint")
+    return fingerprint_id(made) if made else f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, fingerprint unrecorded"
+
+
+def machine_tuning(dtype: str, head: str) -> tuple[Path | None, str]:
+    """The tuning of the head file `head` with the target in `dtype` made on a machine with this
+    one's fingerprint: the shipped choice file, else the quick tuning cached for this machine.
+    (None, the reason in words) where there is neither."""
+    here = cpu_fingerprint()
+    shipped = choice_path(dtype, head)
+    for path in (shipped, tuning_cache_path(dtype, head, here)):
+        if path.exists():
+            tuned = json.loads(path.read_text())
+            if tuned["dtype"] == dtype and tuned["machine"].get("fingerprint") == here:
+                return path, ""
+    why = (f"{repo_path(shipped)} was tuned on {_made_on(json.loads(shipped.read_text()))}" if shipped.exists()
+           else f"{repo_path(shipped)} does not exist")
+    return None, f"no {dtype} tuning of {head} for this machine ({fingerprint_id(here)}; {why})"
+
+
+def may_tune() -> bool:
+    """Whether decoding may tune a tree it lacks: not in fast mode or under pytest (CI tunes nothing)."""
+    return not fast_mode() and "PYTEST_CURRENT_TEST" not in os.environ
+
+
+def tree_for_machine(dtype: str, head: str, kind: str, quick_tune: Callable[[Path], dict] | None) -> TreeChoice:
+    """The tree of the head file `head` (of `kind` eagle1 or eagle3) on this machine, never another
+    machine's tuning: this machine's own (`machine_tuning`); else, where `quick_tune` is given and
+    `may_tune()`, `quick_tune(path)` tunes now into the cache; else the chain CONSERVATIVE. The
+    choice's `source` says which, in one line with the fingerprint."""
+    path, why = machine_tuning(dtype, head)
+    if path is None and quick_tune is not None and may_tune():
+        path = tuning_cache_path(dtype, head)
+        start = time.perf_counter()
+        quick_tune(path)
+        why += f"; tuned now in {time.perf_counter() - start:.0f} s, as `{_tune_command(head, kind, dtype)} --quick`"
+    if path is None:
+        d, k, n = CONSERVATIVE
+        return TreeChoice(d, k, n, None, None, draft_vocab=0 if kind == "eagle3" else 8192,
+                          source=f"{why}: a conservative chain {d},{k},{n} instead (tune it: "
+                                 f"`{_tune_command(head, kind, dtype)} --quick`, about a minute)")
+    choice = load_choice(path, dtype)
+    what = ("AR: the tuning found no tree that pays here" if choice.is_ar
+            else f"tree {choice.depth},{choice.top_k},{choice.total_tokens}")
+    why = why or f"tuned on this machine, {fingerprint_id(cpu_fingerprint())}"
+    return dataclasses.replace(choice, source=f"{what}, from {repo_path(path)} ({why})")
+
+
+def quick_tune(target, tokenizer, head: EagleHead | Eagle3Head, head_name: str, path: Path | None) -> dict:
+    """`tune` on the QUICK grid: about a minute on 2 cores, for a machine without its own tuning."""
+    q = QUICK
+    return tune(target, tokenizer, head, prompts=mt_bench()[10:10 + q["prompts"]], max_new_tokens=q["max_new_tokens"],
+                positions=q["positions"], path=path, depths=q["depths"], top_ks=q["top_ks"], sizes=q["sizes"],
+                draft_vocab=0 if head.variant == "eagle3" else 8192, head_name=head_name, walked=q["walked"])
 
 
 def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,

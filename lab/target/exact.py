@@ -33,6 +33,7 @@ from typing import Callable, Iterator
 import torch
 from transformers import LlamaForCausalLM
 
+from ..artifacts import cpu_flags
 from ..errors import LabError
 from ..paths import CACHE_DIR
 from ..timing import Seconds
@@ -45,20 +46,11 @@ MIN_ROWS, BLOCK_ROWS = 4, 32
 SOURCE = Path(__file__).resolve().parent / "csrc" / "exact_ops.c"
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
-
-
 def bf16_support() -> str | None:
     """Why this CPU cannot run the exact bfloat16 engine fast, or None if it can."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return f"the exact bfloat16 engine needs an x86-64 CPU (this is {platform.machine()})"
-    flags = _cpu_flags()
+    flags = cpu_flags()
     if not flags & {"avx512_bf16", "amx_bf16"}:
         return "this CPU has no bfloat16 matrix instructions (avx512_bf16 or amx_bf16)"
     if not torch.backends.mkldnn.is_available():
@@ -75,7 +67,7 @@ def _compile() -> ctypes.CDLL:
     except (OSError, subprocess.CalledProcessError) as err:
         raise LabError(f"the exact engine compiles a C file and needs gcc ({err}): install gcc, "
                        "or use --dtype float32 (the transformers engine)") from None
-    key = hashlib.sha256(source + compiler.encode() + " ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
+    key = hashlib.sha256(source + compiler.encode() + " ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
     out = CACHE_DIR / "kernels" / f"exact_ops-{key}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
