@@ -36,7 +36,7 @@ DEMO_ARGS := --methods ar,hf-pld,eagle2 --dataset mt_bench --limit 4 --max-new-t
 demo: setup
 	@why=$$($(PY) -c "from lab.target.exact import bf16_support; print(bf16_support() or '')"); \
 	if [ -z "$$why" ]; then set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype bfloat16 --eagle-head eagle1-gpu; \
-	else echo "[demo] $$why: running the float32 reference path instead (EAGLE at or below AR's speed there)"; \
+	else echo "[demo] $$why: running the float32 reference path instead (its tree from this machine's tuning)"; \
 		set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype float32; fi
 
 # Line lengths, the whole suite, then every notebook in fast mode (LAB_FAST=1; the student copies are stubs).

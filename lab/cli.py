@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,6 +220,10 @@ def _tune(args: argparse.Namespace) -> None:
     target = load_target(o.dtype)
     head = load_head(target, name)
     if o.quick:
+        own = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(TuneOptions)
+               if f.name in ("positions", "max_new_tokens", "draft_vocab") and getattr(o, f.name) != f.default]
+        if own:
+            raise LabError(f"--quick tunes on its own small grid: drop {', '.join(own)}")
         path = tuning_cache_path(o.dtype, name)
         result = quick_tune(target, load_tokenizer(), head, name, path)
     else:

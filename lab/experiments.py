@@ -44,6 +44,9 @@ BENCH = "bench --dataset mt_bench --limit 10 --max-new-tokens 128 --temperature 
 EAGLE3_BENCH = "bench --limit 10 --max-new-tokens 128 --temperature 0"
 READOUT = "train eagle3 --fp32 --resume"
 # Lookahead's (N, W, G), each at most 23 positions per step, 1 + (W + G)(N - 1): a 2-core CPU pays for every one
+# The float32 comparison drafts the trees the bfloat16 runs were tuned to (EAGLE-2 2,4,6; Medusa 6
+# tokens): where the float32 tuning finds no tree that pays it chooses AR, which leaves nothing to compare.
+FLOAT32_TREES = " --eagle-tree 2,4,6 --medusa-tree 6"
 LOOKAHEAD_SWEEP = ((2, 8, 4), (2, 12, 8), (3, 5, 3), (3, 7, 4), (4, 3, 2), (4, 4, 3), (5, 2, 2), (5, 3, 2))
 
 
@@ -210,7 +213,8 @@ EXPERIMENTS: dict[str, Experiment] = {
                                   "MT-Bench and HumanEval, greedy and at T = 1", 45, tuple(
         _bench(f"{name}{'_fp32' if dtype == 'float32' else ''}{'_t1' if t else ''}",
                f"--methods ar,pld,pld-tree,lookahead,medusa,eagle2 --dtype {dtype} --eagle-head eagle1-gpu "
-               f"--dataset {dataset}", EAGLE3_BENCH.replace("--temperature 0", f"--temperature {t}"))
+               f"--dataset {dataset}{FLOAT32_TREES if dtype == 'float32' else ''}",
+               EAGLE3_BENCH.replace("--temperature 0", f"--temperature {t}"))
         for dtype in ("bfloat16", "float32") for t in (0, 1)
         for name, dataset in (("bench_draftless", "mt_bench"), ("bench_draftless_humaneval", "humaneval")))),
     "float32-tuned": Experiment("the float32 path with the tree this machine's tuning picks (AR where no tree "

@@ -259,9 +259,11 @@ def test_head_loss_feature_term_is_zero_for_a_perfect_prediction(tiny):
     assert feature == 0.0
 
 
-def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, trusted_timings):
+@pytest.mark.parametrize("pays", [0.0, 1e9])  # every tree pays, so the best is chosen; none does, so AR is
+def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, trusted_timings, monkeypatch, pays):
+    import lab.costmodel.choice as choice
     from lab.costmodel import predicted_speedup, tune
-    from lab.costmodel.choice import PAYS
+    monkeypatch.setattr(choice, "PAYS", pays)
     result = tune(tiny, tokenizer, EagleHead(tiny).eval(), prompts=mt_bench(2), max_new_tokens=10, positions=6,
                   prefix=16, path=None, rank_accuracy=[0.3, 0.1], depths=(2, 3), top_ks=(1, 2), sizes=(2, 4))
     latency = {int(k): v for k, v in result["target_latency_seconds"].items()}
@@ -288,7 +290,7 @@ def test_cost_model_picks_the_best_predicted_tree(tiny, tokenizer, trusted_timin
     assert set(measured) == set(latency)
     best = max(walked, key=lambda r: r["walked_predicted_speedup"])
     assert result["best_tree_predicted_speedup"] == round(best["walked_predicted_speedup"], 4)
-    if best["walked_predicted_speedup"] >= PAYS:  # the best walked tree, if it pays; else AR
+    if best["walked_predicted_speedup"] >= pays:  # the best walked tree, if it pays; else AR
         assert result["choice"]["predicted_speedup"] == round(best["walked_predicted_speedup"], 4)
         assert result["choice"]["predicted_tau"] == round(best["walked_tau"], 4)
     else:

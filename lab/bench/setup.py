@@ -28,6 +28,7 @@ EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
 EAGLE3_METHODS = ("eagle3", "eagle3-static")  # the EAGLE-3 head with EAGLE-2's dynamic tree, or a static one
 STATIC_METHODS = ("eagle1", "eagle3-static")  # EAGLE-1's static tree, shaped by the head's per-rank accuracy
 PEERS = ("hf", "hf-assisted", "hf-pld", "llamacpp")  # other loops than ours
+MEDUSA_FALLBACK = 4  # medusa's tree, in tokens, where no tuning of this machine can size it
 TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
 
 
@@ -131,10 +132,12 @@ def _medusa_shape(options: DecodeOptions, heads, accuracy: list[list[float]]) ->
             raise LabError(f"--medusa-tree takes auto or a number of tokens of at least 2, not {options.medusa_tree!r}")
         return static_shape(int(options.medusa_tree), len(accuracy), accuracy), None
     tuned, why = machine_tuning(options.dtype, options.eagle_head)
-    if tuned is None:
-        raise LabError(f"--medusa-tree auto reads this machine's T(n) from a tuning file: {why}; run `python -m "
-                       f"lab tune tree --name {options.eagle_head} --dtype {options.dtype} --quick` or pass "
-                       "--medusa-tree N")
+    if tuned is None:  # no T(n) of this machine to size it with
+        print(f"[tree] medusa: {why}: a conservative {MEDUSA_FALLBACK} tokens instead (size it: `python -m lab tune "
+              f"tree --name {options.eagle_head} --dtype {options.dtype} --quick`, or pass --medusa-tree N)",
+              flush=True)
+        return static_shape(MEDUSA_FALLBACK, len(accuracy), accuracy), {"total_tokens": MEDUSA_FALLBACK,
+                                                                        "not_sized": why}
     drafter = MedusaDraft(heads, static_shape(16, len(accuracy), accuracy))
     drafter.begin([0])
     h = torch.zeros(1, heads.blocks[0].in_features, dtype=heads.blocks[0].weight.dtype)

@@ -6,6 +6,7 @@ which); the readers of those files (`load_choice`, `given_tree`, `choice_row`,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -123,7 +124,9 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     drafted = own.cpu() if own is not None else vocab
     coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
-              "head": head_name or shipped_head(head.variant), "dtype": dtype_name(target.dtype),
+              "head": head_name or shipped_head(head.variant),
+              "head_manifest_sha": head_manifest_sha(head_name or shipped_head(head.variant)),
+              "dtype": dtype_name(target.dtype),
               "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
@@ -209,16 +212,28 @@ def machine_tuning(dtype: str, head: str) -> tuple[Path | None, str]:
     """The tuning of the head file `head` with the target in `dtype` made on a machine with this
     one's fingerprint: the shipped choice file, else the quick tuning cached for this machine.
     (None, the reason in words) where there is neither."""
-    here = cpu_fingerprint()
+    here, head_sha = cpu_fingerprint(), head_manifest_sha(head)
     shipped = choice_path(dtype, head)
     for path in (shipped, tuning_cache_path(dtype, head, here)):
         if path.exists():
             tuned = json.loads(path.read_text())
-            if tuned["dtype"] == dtype and tuned["machine"].get("fingerprint") == here:
+            if (tuned["dtype"] == dtype and tuned.get("machine", {}).get("fingerprint") == here
+                    and tuned.get("head_manifest_sha", head_sha) == head_sha):
                 return path, ""
-    why = (f"{repo_path(shipped)} was tuned on {_made_on(json.loads(shipped.read_text()))}" if shipped.exists()
-           else f"{repo_path(shipped)} does not exist")
+    if not shipped.exists():
+        why = f"{repo_path(shipped)} does not exist"
+    elif json.loads(shipped.read_text()).get("head_manifest_sha", head_sha) != head_sha:
+        why = f"{repo_path(shipped)} tuned an earlier {head} (its manifest changed since)"
+    else:
+        why = f"{repo_path(shipped)} was tuned on {_made_on(json.loads(shipped.read_text()))}"
     return None, f"no {dtype} tuning of {head} for this machine ({fingerprint_id(here)}; {why})"
+
+
+def head_manifest_sha(head: str) -> str | None:
+    """A short hash of the head's manifest, which changes whenever the head is trained again: a
+    tuning records it, so a retrained head is tuned again."""
+    path = DATA_DIR / "eagle" / f"{head}.json"
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else None
 
 
 def may_tune() -> bool:
@@ -239,9 +254,10 @@ def tree_for_machine(dtype: str, head: str, kind: str, quick_tune: Callable[[Pat
         why += f"; tuned now in {time.perf_counter() - start:.0f} s, as `{_tune_command(head, kind, dtype)} --quick`"
     if path is None:
         d, k, n = CONSERVATIVE
+        off = "" if may_tune() else " (no tuning runs in tests or fast mode)"
         return TreeChoice(d, k, n, None, None, draft_vocab=0 if kind == "eagle3" else 8192,
-                          source=f"{why}: a conservative chain {d},{k},{n} instead (tune it: "
-                                 f"`{_tune_command(head, kind, dtype)} --quick`, about a minute)")
+                          source=f"{why}: a conservative chain {d},{k},{n} instead{off}; tune it: "
+                                 f"`{_tune_command(head, kind, dtype)} --quick` (about a minute)")
     choice = load_choice(path, dtype)
     what = ("AR: the tuning found no tree that pays here" if choice.is_ar
             else f"tree {choice.depth},{choice.top_k},{choice.total_tokens}")
@@ -260,14 +276,19 @@ def quick_tune(target, tokenizer, head: EagleHead | Eagle3Head, head_name: str, 
 def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,
                dtype: str = "float32", head: str = "eagle1", kind: str | None = None) -> TreeChoice:
     """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
-    tuning; an EAGLE-3 head over its own), with the tuner's predictions for it where the
-    tuning measured that tree with the target in the same dtype (another dtype has another
-    T(n), so no prediction); the walked figures where tuning walked that tree, the (optimistic)
-    uniform-root ones otherwise. `head` names the head file whose tuning applies, `kind` (eagle1 or
-    eagle3) what it is: by default the same as `head`."""
-    path = path or choice_path(dtype, head)
-    if not path.exists():
-        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=0 if (kind or head) == "eagle3" else 8192)
+    tuning; an EAGLE-3 head over its own), with the tuner's predictions for it where the tuning
+    `path` (default: this machine's, `machine_tuning`) measured that tree with the target in the
+    same dtype (another machine or dtype has another T(n), so no prediction); the walked figures
+    where tuning walked that tree, the (optimistic) uniform-root ones otherwise. `head` names the
+    head file whose tuning applies, `kind` (eagle1 or eagle3) what it is: by default the same."""
+    vocab = 0 if (kind or head) == "eagle3" else 8192
+    if path is None:
+        shipped = choice_path(dtype, head)
+        if shipped.exists():  # the draft vocabulary is the head's, whichever machine tuned it
+            vocab = json.loads(shipped.read_text())["choice"]["draft_vocab"]
+        path = machine_tuning(dtype, head)[0]
+    if path is None or not path.exists():
+        return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=vocab)
     tuned = json.loads(path.read_text())
     if tuned["dtype"] != dtype:
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])
@@ -280,8 +301,11 @@ def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = No
 
 
 def choice_row(tuned: dict) -> dict:
-    """The grid row of a `tune` result's chosen tree (its uniform-root and walked figures)."""
+    """The grid row of a `tune` result's chosen tree (its uniform-root and walked figures); empty
+    where the tuning chose AR, which is not in the grid."""
     c = tuned["choice"]
+    if c["total_tokens"] == 1:
+        return {}
     return next(r for r in tuned["dynamic"]
                 if (r["depth"], r["top_k"], r["total_tokens"]) == (c["depth"], c["top_k"], c["total_tokens"]))
 
@@ -291,7 +315,7 @@ def tuned_cycle_costs(path: Path) -> dict:
     tuning machine at batch 1 (drafting the tree plus committing the accepted features)."""
     tuned = json.loads(path.read_text())
     c, row = tuned["choice"], choice_row(tuned)
-    return {"total_tokens": c["total_tokens"], "draft_seconds": row["draft_seconds"],
+    return {"total_tokens": c["total_tokens"], "draft_seconds": row.get("draft_seconds", 0.0),
             "commit_seconds": tuned["commit_seconds"], "machine": tuned["machine"]["cpu"], "command": tuned["command"]}
 
 
@@ -306,7 +330,7 @@ def medusa_tree(accuracy: list[list[float]], tuned_path: Path, draft_seconds: fl
     tuned = json.loads(tuned_path.read_text())
     latency = {int(n): seconds for n, seconds in tuned["target_latency_seconds"].items()}
     rows = []
-    for n in sorted(latency):
+    for n in sorted(k for k in latency if k >= 2):  # a tree of at least one draft
         shape = static_shape(n, len(accuracy), accuracy)
         row = {"total_tokens": n, "draft_seconds": draft_seconds,
                "tau": 1 + sum(math.prod(accuracy[d][r] for d, r in enumerate(p)) for p in shape)}
