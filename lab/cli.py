@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from .artifacts import command_line, cpu_fingerprint, fingerprint_id, git_commit, machine, repo_path, write_json
-from .bench import (METHODS, drafting_line, format_table, is_method, load_setup, make_drafter, profiled, run_bench,
-                    verification_line)
+from .bench import (METHODS, drafting_line, format_breakdown, format_table, is_method, load_setup, make_drafter,
+                    profiled, run_bench, verification_line)
 from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
 from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive, tree_triple
 from .costmodel import choice_path, choice_row, quick_tune, tau_at_tree, tune, tuning_cache_path
@@ -23,6 +23,7 @@ from .drafters.heads import check_head, head_names, head_path, load_head
 from .errors import LabError
 from .experiments import listing, rerun, run as run_experiment
 from .judge.sweep import format_quality, quality_sweep
+from .measure import parameter_bytes, read_bandwidth
 from .options import add_options, from_args, opt, recorded
 from .paths import EAGLE3_SHIPPED, fast_mode, shipped_head
 from .target.load import engine_for, load_target, load_tokenizer
@@ -122,13 +123,19 @@ def _bench(args: argparse.Namespace) -> None:
                        "(and lookahead-N-W-G)")
     prompts = prompts_file(o.prompts, o.limit) if o.prompts else load_prompts(o.dataset, o.limit)
     setup = load_setup(o, methods)
+    config = recorded(o)
+    if o.breakdown:  # measured before the run, so the floor's reading does not disturb it
+        weights, read = parameter_bytes(setup.target), read_bandwidth()
+        config["bandwidth_floor"] = {"weight_bytes": weights, "read_gb_s": read / 1e9, "ms": 1e3 * weights / read}
     bench = (lambda *a: profiled(o.profile, run_bench, *a)) if o.profile else run_bench
-    result = bench(methods, prompts, setup, recorded(o), o.draft_layers, o.json)
+    result = bench(methods, prompts, setup, config, o.draft_layers, o.json)
     print(format_table(result))
     print(verification_line(result))
     drafted = drafting_line(result)
     if drafted:
         print(drafted)
+    if o.breakdown:
+        print(format_breakdown(result))
     if o.figure:
         plot_bench(result, o.figure)
         print(f"figure written to {o.figure}")

@@ -46,6 +46,10 @@ class DecodeResult:
     seconds: float = 0.0
     draft_seconds: float = 0.0  # of `seconds`, the time inside the drafter (propose and commit)
     score_seconds: float = 0.0  # of `seconds`, the verification cycles: target forward, acceptance, cache update
+    # of `seconds`, by phase: prefill (the prompt's forward), propose, forward (the target's, in the
+    # cycles), verify (acceptance and the cache update: the cycles' time besides their forward), commit
+    # (the drafter taking the scored features); the rest is the loop's own bookkeeping
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def tau(self) -> float:
@@ -163,9 +167,10 @@ def _features(scored, layers: tuple[int, ...], rows: list[int] | None = None) ->
     return out.clone() if rows is None else out[rows]
 
 
-def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch.Tensor | None, kernel: str,
-                 sampling: Sampling, rng: RandomStream, layers: tuple[int, ...], rule=None) -> Cycle:
-    scored = target.forward([context[-1]] + drafts, hidden_layers=layers + (rule.layers if rule else ()))
+def _chain_cycle(target: Engine, spent: Seconds, context: list[int], drafts: list[int], q: torch.Tensor | None,
+                 kernel: str, sampling: Sampling, rng: RandomStream, layers: tuple[int, ...], rule=None) -> Cycle:
+    scored = spent.call("forward", target.forward, [context[-1]] + drafts,
+                        hidden_layers=layers + (rule.layers if rule else ()))
     logits, uniforms = scored.logits, None
     if rule is not None:  # a lossy acceptance rule (lab/verify/lossy.py): greedy, OR-ed with the target's argmax
         verdict = verify_chain_lossy(drafts, argmax_rows(logits), rule.accepts(drafts, logits, scored.hidden))
@@ -179,10 +184,10 @@ def _chain_cycle(target: Engine, context: list[int], drafts: list[int], q: torch
                  _features(scored, layers, list(range(n + 1))), uniforms)
 
 
-def _tree_cycle(target: Engine, context: list[int], tree: DraftTree, kernel: str, sampling: Sampling,
-                rng: RandomStream, layers: tuple[int, ...]) -> Cycle:
-    scored = target.forward(tree.tokens, mask=tree.ancestor_mask(), positions=tree.positions(len(context) - 1),
-                            hidden_layers=layers)
+def _tree_cycle(target: Engine, spent: Seconds, context: list[int], tree: DraftTree, kernel: str,
+                sampling: Sampling, rng: RandomStream, layers: tuple[int, ...]) -> Cycle:
+    scored = spent.call("forward", target.forward, tree.tokens, mask=tree.ancestor_mask(),
+                        positions=tree.positions(len(context) - 1), hidden_layers=layers)
     # the candidates come first, so the verified tree is a prefix of the scored one, with the same indices
     m = len(tree) if tree.candidates is None else tree.candidates
     verified = tree if m == len(tree) else DraftTree(tree.tokens[:m], tree.parents[:m])
@@ -221,29 +226,29 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     layers = getattr(drafter, "feature_layers", ())  # EAGLE drafters read the target's features
     drafter.begin(prompt)
 
-    spent = Seconds()  # drafting and scoring, for the bench's time shares
+    spent = Seconds()  # by phase, for the bench's time shares and per-cycle breakdown
     if len(prompt) > 1:
-        features = _features(target.forward(prompt[:-1], hidden_layers=layers, last_only=True), layers)
-        spent.call("draft", drafter.commit, prompt, features)
+        scored = spent.call("prefill", target.forward, prompt[:-1], hidden_layers=layers, last_only=True)
+        spent.call("commit", drafter.commit, prompt, _features(scored, layers))
     context = list(prompt)
     while len(result.tokens) < max_new_tokens:
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
-        proposal = spent.call("draft", drafter.propose, context, k, sampling, rng)
+        proposal = spent.call("propose", drafter.propose, context, k, sampling, rng)
         if isinstance(proposal, DraftTree):
             if rule is not None:
                 raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
-            cycle = spent.call("score", _tree_cycle, target, context, proposal, kernel, sampling, rng, layers)
+            cycle = spent.call("score", _tree_cycle, target, spent, context, proposal, kernel, sampling, rng, layers)
         else:
-            cycle = spent.call("score", _chain_cycle, target, context, *proposal, kernel, sampling, rng, layers,
-                          rule)
+            cycle = spent.call("score", _chain_cycle, target, spent, context, *proposal, kernel, sampling, rng,
+                               layers, rule)
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
             gaps = top2_gaps(cycle.logits[cycle.rows])
         if hasattr(drafter, "observe"):  # a drafter that learns from the target's outputs at its own nodes
-            spent.call("draft", drafter.observe, proposal, cycle.logits)
-        spent.call("draft", drafter.commit, context + cycle.tokens, cycle.features)
+            spent.call("commit", drafter.observe, proposal, cycle.logits)
+        spent.call("commit", drafter.commit, context + cycle.tokens, cycle.features)
         emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:
             emitted = emitted[: emitted.index(eos_id) + 1]
@@ -265,5 +270,9 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         if eos_id is not None and emitted and emitted[-1] == eos_id:
             break
     result.seconds = time.perf_counter() - start
-    result.draft_seconds, result.score_seconds = spent.get("draft", 0.0), spent.get("score", 0.0)
+    score, forward = spent.get("score", 0.0), spent.get("forward", 0.0)
+    result.phase_seconds = {"prefill": spent.get("prefill", 0.0), "propose": spent.get("propose", 0.0),
+                            "forward": forward, "verify": score - forward, "commit": spent.get("commit", 0.0)}
+    result.draft_seconds = result.phase_seconds["propose"] + result.phase_seconds["commit"]
+    result.score_seconds = score
     return result

@@ -27,6 +27,25 @@ def test_bench_smoke_json_schema(tmp_path):
     assert res["methods"]["ar"]["tau"] == 1.0
 
 
+def test_bench_breakdown_accounts_for_every_millisecond_of_a_cycle(tmp_path):
+    out = tmp_path / "b.json"
+    r = lab("bench", "--target", "tiny", "--methods", "ar,sd,sd-tree", "--limit", "2", "--max-new-tokens", "8",
+            "--breakdown", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    floor = res["config"]["bandwidth_floor"]
+    assert floor["weight_bytes"] > 0 and floor["read_gb_s"] > 0 and "bandwidth floor" in r.stdout
+    for name, m in res["methods"].items():
+        c, cycles = m["cycle_ms"], m["target_forwards"] - 2  # one prefill per prompt
+        assert set(c) == {"propose", "forward", "verify", "commit", "loop", "prefill_per_prompt"}
+        assert c["forward"] > 0 and c["verify"] > 0 and c["loop"] > 0, name
+        # the phases and the prefills add up to the run's seconds (to the rounding of 3 decimals in ms)
+        total = cycles * sum(v for k, v in c.items() if k != "prefill_per_prompt") + 2 * c["prefill_per_prompt"]
+        assert abs(total / 1e3 - m["seconds"]) < 1e-5 * cycles + 1e-5, name
+        assert f"| {name} |" in r.stdout.split("bandwidth floor")[1]
+    assert res["methods"]["sd"]["cycle_ms"]["propose"] > res["methods"]["ar"]["cycle_ms"]["propose"]
+
+
 def test_bench_sampling_rows_are_not_compared(tmp_path):
     out = tmp_path / "b.json"
     r = lab("bench", "--target", "tiny", "--methods", "ar,sd", "--limit", "1", "--max-new-tokens", "6",

@@ -15,6 +15,7 @@ from lab.drafters.lookahead import lookahead_positions
 from lab.errors import LabError
 from lab.sampling import RandomStream, Sampling
 from lab.target.engine import Engine
+from lab.timing import Seconds
 from lab.verify.lossless import TreeResult, children_of, race
 
 
@@ -93,7 +94,7 @@ def first_tokens(draws: int) -> tuple[torch.Tensor, torch.Tensor]:
     logits[0] = p_root.log()
     target, counts = FixedTarget(logits), torch.zeros(6)
     for seed in range(draws):
-        cycle = _tree_cycle(target, [4, 5, 0], tree, "torch", Sampling(1.0), RandomStream(seed), ())
+        cycle = _tree_cycle(target, Seconds(), [4, 5, 0], tree, "torch", Sampling(1.0), RandomStream(seed), ())
         assert cycle.n_accepted == 0 or cycle.tokens[0] in (1, 2, 3)  # the window is never accepted
         counts[cycle.tokens[0]] += 1
     return counts, p_root

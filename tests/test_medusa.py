@@ -17,6 +17,7 @@ from lab.drafters.medusa import MedusaDraft, MedusaHeads
 from lab.errors import LabError
 from lab.sampling import RandomStream, Sampling
 from lab.target.engine import Engine
+from lab.timing import Seconds
 from lab.train.medusa import train_medusa
 from lab.train.options import MedusaOptions
 
@@ -88,7 +89,8 @@ def first_tokens(tiny, draws: int) -> tuple[torch.Tensor, torch.Tensor]:
     target = FixedTarget(logits, {layer: torch.randn(len(tree), tiny.config.hidden_size)})
     counts = torch.zeros(6)
     for seed in range(draws):
-        cycle = _tree_cycle(target, [5, 0], tree, "torch", Sampling(1.0), RandomStream(seed), heads.feature_layers)
+        cycle = _tree_cycle(target, Seconds(), [5, 0], tree, "torch", Sampling(1.0), RandomStream(seed),
+                            heads.feature_layers)
         counts[cycle.tokens[0]] += 1
     return counts, p_root
 

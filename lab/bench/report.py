@@ -2,6 +2,7 @@
 drafted with."""
 from __future__ import annotations
 
+from .run import CYCLE_PHASES
 from .setup import LOSSY_METHODS, PEERS
 
 
@@ -30,6 +31,27 @@ def format_table(result: dict) -> str:
         lines.append("| " + " | ".join([name, f"{s['tokens_per_s']:.1f}", *speed, f"{s['tau']:.2f}",
                                         str(s["new_tokens"]), str(s["target_forwards"])] + share + acc + [ident]
                                        + ([f"{s['humaneval_pass_at_1']:.2f}"] if quality else [])) + " |")
+    return "\n".join(lines)
+
+
+def format_breakdown(result: dict) -> str:
+    """Where a cycle's time goes, per method of our loop (ms per cycle by phase), beside the
+    bandwidth floor recorded with the run (`bandwidth_floor` in its config): the target's weights
+    read once at the machine's measured read bandwidth, the least time any forward can take."""
+    floor = result["config"]["bandwidth_floor"]
+    lines = [f"bandwidth floor: {floor['weight_bytes'] / 1e6:.0f} MB of target weights at {floor['read_gb_s']:.1f} "
+             f"GB/s = {floor['ms']:.1f} ms per forward",
+             "| method | tau | " + " | ".join(f"{p} ms" for p in CYCLE_PHASES)
+             + " | ms/cycle | ms/token | forward / floor | floor / ms per token |", "|---|" + "---|" * 10]
+    for name, s in result["methods"].items():
+        c = s.get("cycle_ms")
+        if not c:
+            continue
+        cycle = sum(c[p] for p in CYCLE_PHASES)
+        per_token = cycle / s["tau"]
+        lines.append(f"| {name} | {s['tau']:.2f} | " + " | ".join(f"{c[p]:.2f}" for p in CYCLE_PHASES)
+                     + f" | {cycle:.2f} | {per_token:.2f} | {c['forward'] / floor['ms']:.2f}x | "
+                       f"{floor['ms'] / per_token:.0%} |")
     return "\n".join(lines)
 
 

@@ -22,6 +22,8 @@ from ..target.load import engine_kind
 from .methods import make_runner, method_settings
 from .setup import LOSSY_METHODS, PEERS, TIE_GAP, Setup
 
+CYCLE_PHASES = ("propose", "forward", "verify", "commit", "loop")  # where a cycle's time goes, in order
+
 
 def _mismatch(row: list[int], ar: DecodeResult) -> dict | None:
     """Where a greedy row first differs from ar, and ar's top-2 logit gap there."""
@@ -62,11 +64,21 @@ def summarise(method: str, rows: list[tuple[Prompt, DecodeResult]], ar_rows: dic
         # ours: the share in verification cycles (the target's forward, acceptance, cache update);
         # the rest of `seconds` is the prefill and the loop's own bookkeeping
         "score_share": sum(r.score_seconds for _, r in rows) / seconds if ours and seconds else None,
+        # ours: milliseconds per cycle by phase (decode's `phase_seconds`), the loop's own bookkeeping
+        # (`loop`: what the phases leave of `seconds`) and the prefill per prompt
+        "cycle_ms": _cycle_ms(rows, seconds, cycles) if ours and cycles else None,
         "acceptance_by_position": [a / t if t else None for a, t in zip(accepted, attempted)],
         "identical_to_ar": None if any(i is None for i in identical) else all(identical),
         "numerical_ties": sum(1 for p in per_prompt if p.get("mismatch", {}).get("numerical_tie")),
         "per_prompt": per_prompt,
     }
+
+
+def _cycle_ms(rows: list[tuple[Prompt, DecodeResult]], seconds: float, cycles: int) -> dict[str, float]:
+    phases = {k: sum(r.phase_seconds.get(k, 0.0) for _, r in rows) for k in ("prefill", *CYCLE_PHASES[:-1])}
+    per_cycle = {k: round(1e3 * phases[k] / cycles, 3) for k in CYCLE_PHASES[:-1]}
+    return {**per_cycle, "loop": round(1e3 * (seconds - sum(phases.values())) / cycles, 3),
+            "prefill_per_prompt": round(1e3 * phases["prefill"] / len(rows), 3)}
 
 
 def _humaneval_by_id(prompts: list[Prompt]) -> dict[str, dict]:
