@@ -180,8 +180,11 @@ def _profile_table(result: dict, top: int = 5) -> list[str]:
 
 
 def _machine(result: dict) -> str:
+    """The CPU and its cores, with its instruction sets where the run recorded them."""
     m = result.get("machine", {})
-    return f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores"
+    isa = m.get("fingerprint", {}).get("isa")
+    return f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores" + (f" ({'/'.join(isa) or 'no AVX2'})" if isa is not None
+                                                                   else "")
 
 
 def _ratio(methods: dict, name: str) -> str:
