@@ -85,7 +85,10 @@ def drafting_line(result: dict) -> str | None:
     if not trees:
         return None
     return "drafted with (tree: depth,top-k,tokens): " + "; ".join(
-        f"{name} head {head_file(result, name)}, {s['tree'].split(' ')[0]} tree {s['depth']},"
-        f"{s['top_k'] or '-'},{s['total_tokens']}" for name, s in trees)
+        f"{name} head {head_file(result, name)}, " + ("no tree (this machine's tuning chose AR)"
+                                                       if s["total_tokens"] == 1 else
+                                                       f"{s['tree'].split(' ')[0]} tree {s['depth']},"
+                                                       f"{s['top_k'] or '-'},{s['total_tokens']}")
+        for name, s in trees)
 
 
