@@ -16,6 +16,7 @@ from .bench import (METHODS, drafting_line, format_breakdown, format_table, is_m
 from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
 from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive, tree_triple
 from .costmodel import choice_path, choice_row, quick_tune, tau_at_tree, tune, tuning_cache_path
+from .costmodel.choice import DRAFT_VOCAB
 from .data import chat_ids, load_prompts, mt_bench, prompts_file
 from .decode import decode
 from .drafters.eagle3 import export_head
@@ -83,7 +84,7 @@ class TuneOptions:
     what: str = opt("tree", "what to tune", positional=True, choices=["tree"])
     positions: int = opt(160, "draft positions measured")
     max_new_tokens: int = opt(128, "length of the tuning continuations", parse=positive)
-    draft_vocab: int = opt(8192, "eagle1: draft over the N most frequent training tokens (0: all 49,152); an "
+    draft_vocab: int = opt(DRAFT_VOCAB, "eagle1: draft over the N most frequent training tokens (0: all 49,152); an "
                                  "EAGLE-3 head drafts over its own vocabulary")
     head: str = opt("eagle1", "which kind of head to tune for (each has its own choice file)",
                     choices=["eagle1", "eagle3"])

@@ -39,6 +39,13 @@ QUICK = {"prompts": 6, "max_new_tokens": 48, "positions": 48, "depths": (2, 3, 4
 # model"), so a tree predicted at 1.00x is as likely to lose as to win.
 PAYS = 1.05
 CONSERVATIVE = (2, 1, 3)  # where no tuning for the machine exists: a chain of two drafts, cheap to verify
+DRAFT_VOCAB = 8192  # an EAGLE-1 head drafts over this many most frequent training tokens by default
+
+
+def draft_vocab_of(kind: str) -> int:
+    """The draft vocabulary a head of `kind` tunes and drafts with by default: 0 (its own) for an
+    EAGLE-3 head, DRAFT_VOCAB for an EAGLE-1 one."""
+    return 0 if kind == "eagle3" else DRAFT_VOCAB
 
 
 @dataclass
@@ -214,18 +221,18 @@ def machine_tuning(dtype: str, head: str) -> tuple[Path | None, str]:
     (None, the reason in words) where there is neither."""
     here, head_sha = cpu_fingerprint(), head_manifest_sha(head)
     shipped = choice_path(dtype, head)
-    for path in (shipped, tuning_cache_path(dtype, head, here)):
-        if path.exists():
-            tuned = json.loads(path.read_text())
-            if (tuned["dtype"] == dtype and tuned.get("machine", {}).get("fingerprint") == here
-                    and tuned.get("head_manifest_sha", head_sha) == head_sha):
-                return path, ""
-    if not shipped.exists():
+    read = {path: json.loads(path.read_text()) for path in (shipped, tuning_cache_path(dtype, head, here))
+            if path.exists()}
+    for path, tuned in read.items():
+        if (tuned["dtype"] == dtype and tuned.get("machine", {}).get("fingerprint") == here
+                and tuned.get("head_manifest_sha", head_sha) == head_sha):
+            return path, ""
+    if shipped not in read:
         why = f"{repo_path(shipped)} does not exist"
-    elif json.loads(shipped.read_text()).get("head_manifest_sha", head_sha) != head_sha:
+    elif read[shipped].get("head_manifest_sha", head_sha) != head_sha:
         why = f"{repo_path(shipped)} tuned an earlier {head} (its manifest changed since)"
     else:
-        why = f"{repo_path(shipped)} was tuned on {_made_on(json.loads(shipped.read_text()))}"
+        why = f"{repo_path(shipped)} was tuned on {_made_on(read[shipped])}"
     return None, f"no {dtype} tuning of {head} for this machine ({fingerprint_id(here)}; {why})"
 
 
@@ -255,7 +262,7 @@ def tree_for_machine(dtype: str, head: str, kind: str, quick_tune: Callable[[Pat
     if path is None:
         d, k, n = CONSERVATIVE
         off = "" if may_tune() else " (no tuning runs in tests or fast mode)"
-        return TreeChoice(d, k, n, None, None, draft_vocab=0 if kind == "eagle3" else 8192,
+        return TreeChoice(d, k, n, None, None, draft_vocab=draft_vocab_of(kind),
                           source=f"{why}: a conservative chain {d},{k},{n} instead{off}; tune it: "
                                  f"`{_tune_command(head, kind, dtype)} --quick` (about a minute)")
     choice = load_choice(path, dtype)
@@ -270,7 +277,7 @@ def quick_tune(target, tokenizer, head: EagleHead | Eagle3Head, head_name: str, 
     q = QUICK
     return tune(target, tokenizer, head, prompts=mt_bench()[10:10 + q["prompts"]], max_new_tokens=q["max_new_tokens"],
                 positions=q["positions"], path=path, depths=q["depths"], top_ks=q["top_ks"], sizes=q["sizes"],
-                draft_vocab=0 if head.variant == "eagle3" else 8192, head_name=head_name, walked=q["walked"])
+                draft_vocab=draft_vocab_of(head.variant), head_name=head_name, walked=q["walked"])
 
 
 def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,
@@ -281,7 +288,7 @@ def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = No
     same dtype (another machine or dtype has another T(n), so no prediction); the walked figures
     where tuning walked that tree, the (optimistic) uniform-root ones otherwise. `head` names the
     head file whose tuning applies, `kind` (eagle1 or eagle3) what it is: by default the same."""
-    vocab = 0 if (kind or head) == "eagle3" else 8192
+    vocab = draft_vocab_of(kind or head)
     if path is None:
         shipped = choice_path(dtype, head)
         if shipped.exists():  # the draft vocabulary is the head's, whichever machine tuned it
