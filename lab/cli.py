@@ -54,11 +54,8 @@ class DataOptions:
 class EvaluateOptions:
     name: list = opt([], "data/eagle/NAME.safetensors, one or more (default eagle1; `all`: every head there)",
                      positional=True, nargs="*")
-    prompts: int = opt(64, "the first N held-out prompts, of which the unique ones are scored (64: 50 prompts); "
-                           "with --split train, the first N training prompts", parse=positive)
-    split: str = opt("heldout", "score the held-out prompts (written under \"evaluation\") or the first training "
-                                "prompts (under \"evaluation_train\": the gap shows what is memorised)",
-                     choices=["heldout", "train"])
+    prompts: int = opt(64, "the first N held-out prompts, of which the unique ones are scored (64: 50 prompts)",
+                       parse=positive)
 
 
 @dataclass
@@ -183,12 +180,12 @@ def _evaluate(args: argparse.Namespace) -> None:
     names = head_names() if o.name == ["all"] else (o.name or ["eagle1"])
     target = load_target()
     for name in names:
-        report = evaluate_saved_head(head_path(name), target=target, prompts=o.prompts, split=o.split)
+        report = evaluate_saved_head(head_path(name), target=target, prompts=o.prompts)
         top1, chains = report["top1_by_depth"], report["chain_acceptance_by_depth"]
         print(f"{name}: top-1 by depth {top1['rate']} over {top1['chains']} chains; chain acceptance "
               f"{chains['rate']}; {report['positions']} positions of {report['sequences']} sequences "
               f"({report['prompt_set']}), {report['seconds']} s; evaluator version {EVALUATOR_VERSION}, written "
-              f"under \"{'evaluation' if o.split == 'heldout' else 'evaluation_train'}\"", flush=True)
+              "under \"evaluation\"", flush=True)
 
 
 def _tau(args: argparse.Namespace) -> None:

@@ -42,7 +42,6 @@ def _step(out: str, *commands: str, resumes: bool = False) -> Step:
 
 BENCH = "bench --dataset mt_bench --limit 10 --max-new-tokens 128 --temperature 0"
 EAGLE3_BENCH = "bench --limit 10 --max-new-tokens 128 --temperature 0"
-READOUT = "train eagle3 --fp32 --resume"
 # Lookahead's (N, W, G), each at most 23 positions per step, 1 + (W + G)(N - 1): a 2-core CPU pays for every one
 # The float32 comparison drafts the trees the bfloat16 runs were tuned to (EAGLE-2 2,4,6; Medusa 6
 # tokens): where the float32 tuning finds no tree that pays it chooses AR, which leaves nothing to compare.
@@ -131,26 +130,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         _head("eagle3-cur-even-s1", "train eagle3 --name eagle3-cur-even-s1 --ttt-steps 1 --max-steps 144"),
         _head("eagle3-cur-even", "train eagle3 --name eagle3-cur-even --init eagle3-cur-even-s1 --max-steps 40"),
         _step("data/eagle/tree_choice_eagle3-curriculum.json", "tune tree --head eagle3 --name eagle3-curriculum"))),
-    "eagle3-readout": Experiment("a learned readout against the target's own, frozen (400 plain + 60 TTT steps)", 30, (
-        _head("eagle3-s1-learned", f"{READOUT} --name eagle3-s1-learned --ttt-steps 1 --max-steps 400"),
-        _head("eagle3-s1-frozen", f"{READOUT} --name eagle3-s1-frozen --ttt-steps 1 --max-steps 400 "
-                                  "--output-init target --freeze-output"),
-        _head("eagle3-ttt-learned", f"{READOUT} --name eagle3-ttt-learned --init eagle3-s1-learned --max-steps 60"),
-        _head("eagle3-ttt-frozen", f"{READOUT} --name eagle3-ttt-frozen --init eagle3-s1-frozen --max-steps 60 "
-                                   "--freeze-output"))),
-    "eagle3-feature-loss": Experiment("EAGLE-1's feature loss put back into plain EAGLE-3 steps, at 400, 800 and 1600 "
-                                      "steps, with training-prompt figures", 140, (
-        _head("eagle3-s1-feature", f"{READOUT} --name eagle3-s1-feature --ttt-steps 1 --max-steps 400 "
-                                   "--feature-loss 10"),
-        _head("eagle3-s1-800", f"{READOUT} --name eagle3-s1-800 --ttt-steps 1 --max-steps 800"),
-        _head("eagle3-s1-feature-800", f"{READOUT} --name eagle3-s1-feature-800 --ttt-steps 1 --max-steps 800 "
-                                       "--feature-loss 10"),
-        _head("eagle3-s1-1600", f"{READOUT} --name eagle3-s1-1600 --ttt-steps 1 --max-steps 1600"),
-        _head("eagle3-s1-feature-1600", f"{READOUT} --name eagle3-s1-feature-1600 --ttt-steps 1 --max-steps 1600 "
-                                        "--feature-loss 10"),
-        _step("data/eagle/eagle3-s1-feature-1600.json",
-              "evaluate eagle3-s1-learned eagle3-s1-feature eagle3-s1-800 eagle3-s1-feature-800 eagle3-s1-1600 "
-              "eagle3-s1-feature-1600 --split train", resumes=True))),
     "scaling-heads": Experiment("EAGLE-1 and EAGLE-3 heads on 1/8 to all of the training prompts at equal steps", 45,
                                 tuple(_head(f"{kind}-data1of{part}", f"train {kind} --name {kind}-data1of{part} "
                                                                      f"--train-prompts {prompts} --max-steps {steps} "
@@ -246,21 +225,15 @@ EXPERIMENTS: dict[str, Experiment] = {
     # ---- Judge Decoding -----------------------------------------------------------------------
     "judge-head": Experiment("the shipped judge head: planted and mined labels on the judge half", 30, (
         _step("data/judge/judge.json", "train judge --mined 131"),)),
-    "judge-heads": Experiment("the other judge heads: two drafters, with logits, on-policy twice", 150, (
+    "judge-heads": Experiment("the other judge heads: two drafters, with logits", 60, (
         _step("data/judge/judge-draft-eagle1.json",
               "train judge --mined 131 --mine-with draft,eagle1 --out data/judge/judge-draft-eagle1.json"),
         _step("data/judge/judge-logits.json",
-              "train judge --mined 131 --mine-with draft,eagle1 --with-logits --out data/judge/judge-logits.json"),
-        _step("data/judge/judge-on-policy.json",
-              "train judge --mined 131 --mine-with draft,eagle1,judged --judged-by judge-draft-eagle1 "
-              "--judged-delta 0.5 --out data/judge/judge-on-policy.json"),
-        _step("data/judge/judge-on-policy-2.json",
-              "train judge --mined 131 --mine-with draft,eagle1,judged --judged-by judge-draft-eagle1,judge-on-policy "
-              "--judged-delta 0.5 --out data/judge/judge-on-policy-2.json"))),
+              "train judge --mined 131 --mine-with draft,eagle1 --with-logits --out data/judge/judge-logits.json"))),
     "judge-quality": Experiment("notebook 07's quality against speed for every judge head (resumable)", 120, (
         _step("data/results/judge_quality.json", "quality", resumes=True),
         *(_quality(judge)
-          for judge in ("judge-draft-eagle1", "judge-logits", "judge-on-policy", "judge-on-policy-2")))),
+          for judge in ("judge-draft-eagle1", "judge-logits")))),
     "bench-judge": Experiment("the lossy rules on HumanEval with pass@1", 15, (
         _step("data/results/bench_judge_humaneval.json", "bench --methods ar,sd,judge,topk --dataset humaneval "
                                                          "--limit 10 --max-new-tokens 192 "

@@ -196,17 +196,6 @@ def test_training_lowers_the_loss_and_the_head_round_trips(tiny, tmp_path):
     again = json.loads(out.with_suffix(".json").read_text())
     assert again["evaluation"] == report and again["steps"] == 25
     assert report["positions"] == evaluation["positions"]
-    # the same figures on the first training prompt (sequence 2), under a key of their own
-    on_train = evaluator.evaluate_saved_head(out, target=tiny, data=small_set(), prompts=1, split="train")
-    again = json.loads(out.with_suffix(".json").read_text())
-    assert again["evaluation"] == report and again["evaluation_train"] == on_train
-    first_train = small_set().subset("train", 1)
-    direct = evaluator.evaluate(load_head(tiny, "eagle1", out), first_train,
-                                evaluator.target_features(tiny, first_train, (tiny.config.num_hidden_layers,)), [0])
-    assert on_train["top1_by_depth"] == direct["top1_by_depth"]
-    assert on_train["positions"] == direct["positions"] != report["positions"]
-    with pytest.raises(LabError, match="unknown split"):
-        evaluator.evaluate_saved_head(out, target=tiny, data=small_set(), split="test")
     head = load_head(tiny, path=out)
     copy = load_head(tiny, path=out)
     assert isinstance(head, EagleHead) and head.variant == "eagle1"  # the kind comes from the file itself
@@ -405,14 +394,6 @@ def test_training_budget_sums_the_warm_start_chain():
                                       "train_tokens": 200}
     assert training_budget(second) == {"cpu_minutes": 75, "gpu_minutes": 0.0, "steps": 3500, "stages": 2,
                                        "train_tokens": 600}
-
-
-def test_passes_sum_each_stage_over_its_own_data():
-    from lab.drafters.heads import passes
-    first = {"steps": 100, "optimiser": {"batch_sequences": 8}, "data": {"train_sequences": 400}, "init": None}
-    second = {"steps": 50, "optimiser": {"batch_sequences": 16}, "data": {"train_sequences": 200},
-              "init": {"path": "x", "manifest": first}}
-    assert passes(first) == 2.0 and passes(second) == 6.0
 
 
 def test_cached_features_keep_the_sequence_order(tiny):

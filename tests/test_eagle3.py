@@ -18,7 +18,7 @@ from test_verify_tree import no_renormalisation
 
 from lab.decode import decode
 from lab.drafters import EagleDraft, NoDraft
-from lab.drafters.eagle3 import Eagle3Head, export_head, feature_layers, import_head
+from lab.drafters.eagle3 import Eagle3Head, export_head, feature_layers
 from lab.drafters.heads import load_head
 from lab.errors import LabError
 from lab.paths import EAGLE3_SHIPPED
@@ -201,7 +201,9 @@ def test_eagle3_trees_verify_losslessly_and_the_check_can_fail(tiny, tokenizer):
     assert chi2_pvalue(wrong.first, by_depth[0].numpy()) < 1e-6
 
 
-def test_export_import_round_trip_and_maps(tiny, tmp_path):
+def test_export_writes_every_weight_and_the_vocabulary_maps(tiny, tmp_path):
+    """The serving layout holds each of the head's own tensors unchanged (the layer under
+    midlayer.) and the draft vocabulary as d2t (an offset) and t2d (a mask)."""
     head = random_head(tiny, every=3)
     folder = export_head(head, tmp_path / "export", dtype=torch.float32)
     config = json.loads((folder / "config.json").read_text())
@@ -211,32 +213,10 @@ def test_export_import_round_trip_and_maps(tiny, tmp_path):
     tensors = load_file(str(folder / "model.safetensors"))
     assert torch.equal(torch.arange(len(head.vocab)) + tensors["d2t"], head.vocab)  # d2t is an offset
     assert torch.equal(tensors["t2d"].nonzero()[:, 0], head.vocab)
-    assert "midlayer.self_attn.q_proj.weight" in tensors and "midlayer.hidden_norm.weight" in tensors
-    back = import_head(tiny, folder)
-    states = torch.randn(5, tiny.config.hidden_size)
-    with torch.no_grad():
-        assert torch.equal(back.logits(states), head.logits(states))
-        assert torch.equal(back.vocab, head.vocab)
-        f, t = torch.randn(1, 6, 3 * tiny.config.hidden_size), torch.randint(0, 1000, (1, 6))
-        pad = torch.ones(1, 6, dtype=torch.bool)
-        assert torch.equal(back(f, t, pad, 2)[-1], head(f, t, pad, 2)[-1])
-
-
-def test_a_broken_export_is_refused_in_one_line(tiny, tmp_path):
-    from safetensors.torch import load_file, save_file
-    folder = export_head(random_head(tiny), tmp_path / "export")
-    tensors = load_file(str(folder / "model.safetensors"))
-    del tensors["midlayer.hidden_norm.weight"]
-    save_file(tensors, str(folder / "model.safetensors"))
-    with pytest.raises(LabError, match="midlayer.hidden_norm.weight"):
-        import_head(tiny, folder)
-    config = json.loads((folder / "config.json").read_text())
-    del config["draft_vocab_size"]
-    (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(LabError, match="draft_vocab_size"):
-        import_head(tiny, folder)
-    with pytest.raises(LabError, match="config.json is missing"):
-        import_head(tiny, tmp_path / "nowhere")
+    own = {k: v for k, v in head.own_state().items() if k != "vocab"}
+    assert set(tensors) == set(own) | {"d2t", "t2d"}
+    assert "midlayer.self_attn.q_proj.weight" in own and "midlayer.hidden_norm.weight" in own
+    assert all(torch.equal(tensors[k], v.float()) for k, v in own.items())
 
 
 def test_ttt_loss_masks_tokens_outside_the_vocabulary_and_the_prompt(tiny):
@@ -311,54 +291,6 @@ def test_the_argmax_memo_gives_what_the_lm_head_gives(tiny, monkeypatch):
     assert len(memo) == 3
     monkeypatch.setattr(module.F, "linear", lambda *a: pytest.fail("the LM head was applied again"))
     assert torch.equal(memoised([2, 1]), torch.cat([direct[2], direct[1]]))
-
-
-def test_the_target_output_init_reads_out_as_the_target_does(tiny):
-    """--output-init target: before any training the head's readout of a state is the target's
-    own (final norm, then LM head), restricted to the draft vocabulary."""
-    head = Eagle3Head(tiny, torch.arange(3, tiny.config.vocab_size, 5))
-    states = torch.randn(4, tiny.config.hidden_size, generator=torch.Generator().manual_seed(0))
-    want = tiny.lm_head(tiny.model.norm(states))[:, head.vocab]
-    assert not torch.allclose(head.logits(states), want)  # a random readout differs
-    head.copy_target_output(tiny)
-    assert torch.equal(head.logits(states), want)
-
-
-def test_the_high_tap_init_passes_the_high_layer_through(tiny):
-    """--fc-init high: before any training fc hands the layer the high tap unchanged; the top-only
-    ablation has no high tap to pass and is refused."""
-    head = Eagle3Head(tiny, torch.arange(3, tiny.config.vocab_size, 5))
-    h = tiny.config.hidden_size
-    features = torch.randn(4, 3 * h, generator=torch.Generator().manual_seed(0))
-    assert not torch.allclose(head.project(features), features[:, 2 * h:])
-    head.pass_high_tap()
-    assert torch.equal(head.project(features), features[:, 2 * h:])
-    with pytest.raises(LabError, match="fused"):
-        Eagle3Head(tiny, head.vocab, taps="top").pass_high_tap()
-    # refused before any work: a continued head keeps its weights, so the option would be a lie
-    with pytest.raises(LabError, match="--init"):
-        train_eagle3(Eagle3Options(init="a-trained-head", fc_init="high"), target=tiny, progress=False)
-
-
-def test_a_frozen_readout_stays_the_targets_while_the_layer_learns(tiny, tmp_path):
-    """--freeze-output with --output-init target: after training (a learning rate at which an
-    unfrozen readout moves), the head's final norm and LM head are still the target's own, its
-    rows for the draft vocabulary; freezing a random readout is refused before any work."""
-    out = tmp_path / "frozen.safetensors"
-    train_eagle3(Eagle3Options(max_steps=4, lr=1e-2, eval_prompts=1, draft_vocab=512, batch=2, ttt_steps=2,
-                               output_init="target", freeze_output=True), target=tiny, data=small_set(), out=out,
-                 progress=False)
-    head = load_head(tiny, path=out)
-    started = Eagle3Head(tiny, head.vocab)
-    started.copy_target_output(tiny)
-    half = lambda t: t.half().to(tiny.dtype)  # noqa: E731  (the head is stored in fp16)
-    assert torch.equal(head.lm_head.weight, half(started.lm_head.weight))
-    assert torch.equal(head.norm.weight, half(started.norm.weight))
-    manifest = json.loads(out.with_suffix(".json").read_text())
-    assert manifest["objective"]["output_trained"] is False
-    with pytest.raises(LabError, match="--output-init target"):
-        train_eagle3(Eagle3Options(max_steps=1, freeze_output=True), target=tiny, data=small_set(),
-                     out=tmp_path / "x.safetensors", progress=False)
 
 
 def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkeypatch):

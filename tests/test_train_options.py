@@ -42,10 +42,9 @@ def test_recorded_commands_give_the_options_they_ran_with():
     assert parsed("train draft --layers 2 --minutes 6") == DraftOptions(layers=2)
     assert parsed("train eagle1 --init eagle1 --replies 400000 --minutes 45 --lr 5e-4") == Eagle1Options(
         init="eagle1", replies=400000, minutes=45.0, lr=5e-4)
-    assert parsed("train eagle3 --fp32 --resume --name eagle3-s1-frozen --ttt-steps 1 --max-steps 400 "
-                  "--output-init target --freeze-output") == Eagle3Options(
-        name="eagle3-s1-frozen", ttt_steps=1, max_steps=400, output_init="target", freeze_output=True, fp32=True,
-        resume=True)
+    assert parsed("train eagle3 --fp32 --resume --name eagle3-s1 --ttt-steps 1 --max-steps 400 --taps top "
+                  "--feature-loss 10") == Eagle3Options(
+        name="eagle3-s1", ttt_steps=1, max_steps=400, taps="top", feature_loss=10.0, fp32=True, resume=True)
     assert parsed("train judge --mined 131 --mine-with draft,eagle1 --with-logits --out data/judge/x.json") == \
         JudgeOptions(mined=131, mine_with="draft,eagle1", with_logits=True, out="data/judge/x.json")
 
@@ -60,5 +59,5 @@ def test_the_defaults_are_each_trainers_own():
 def test_a_flag_of_another_trainer_or_contradictory_options_are_refused():
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "eagle1", "--ttt-steps", "1"])
-    with pytest.raises(LabError, match="--init the head continues"):
-        parsed("train eagle3 --init eagle3 --output-init target")
+    with pytest.raises(LabError, match="--heldout-every must be 0"):
+        parsed("train eagle3 --heldout-every -1")

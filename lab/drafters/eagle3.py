@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
@@ -136,27 +135,6 @@ class Eagle3Head(nn.Module):
             raise LabError("an EAGLE-3 draft vocabulary must be sorted, distinct target token ids")
         self.register_buffer("vocab", vocab)
         self.to(target.dtype)
-
-    @torch.no_grad()
-    def copy_target_output(self, target) -> None:
-        """Start the final norm and the LM head from the target's own (its LM-head rows for the
-        draft vocabulary), so that training begins from a readout the target already uses
-        instead of a random one: the EAGLE-1 head gets that for free by sharing the target's
-        LM head; an EAGLE-3 head otherwise learns it from its training tokens alone."""
-        self.norm.weight.copy_(target.model.norm.weight)
-        self.lm_head.weight.copy_(target.lm_head.weight[self.vocab.to(target.lm_head.weight.device)])
-
-    @torch.no_grad()
-    def pass_high_tap(self) -> None:
-        """Start fc as the identity on the high tap (zeros on the low and middle ones), so that
-        the layer's first input state is the target's own residual stream three layers below
-        the top: together with `copy_target_output` the untrained head then reads out roughly
-        what the target's upper layers would, instead of a random projection of three layers."""
-        if self.taps != "fused":
-            raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
-        hidden = self.config.hidden_size
-        self.fc.weight.zero_()
-        self.fc.weight[:, 2 * hidden:].copy_(torch.eye(hidden))
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """The target's concatenated taps [..., 3H] -> the layer's input state g [..., H]."""
@@ -282,11 +260,6 @@ class Eagle3Cache:
 
 # ---- the serving engines' layout (the lab's own files: lab/drafters/heads.py) ----------------------------
 
-EXPORT_KEYS = ("fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
-               *(f"midlayer.{n}.weight" for n in (
-                   "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-                   "input_layernorm", "hidden_norm", "post_attention_layernorm")))
 CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                  "rms_norm_eps", "vocab_size", "max_position_embeddings", "hidden_act", "bos_token_id",
                  "eos_token_id", "tie_word_embeddings", "rope_parameters")
@@ -312,39 +285,3 @@ def export_head(head: Eagle3Head, out: Path, dtype: torch.dtype = torch.float16)
     atomic_write(out / "model.safetensors", lambda tmp: save_file(tensors, str(tmp)))
     atomic_write(out / "config.json", lambda tmp: tmp.write_text(json.dumps(config, indent=2) + "\n"))
     return out
-
-
-def import_head(target, folder: Path) -> Eagle3Head:
-    """Load an EAGLE-3 Llama draft in the serving layout (`export_head`'s, or a published one
-    for this target); one line names the first missing file, field or tensor."""
-    folder = Path(folder)
-    for name in ("config.json", "model.safetensors"):
-        if not (folder / name).exists():
-            raise LabError(f"{folder} is not an EAGLE-3 draft checkpoint: {name} is missing")
-    config = json.loads((folder / "config.json").read_text())
-    for field in ("architectures", "num_hidden_layers", "draft_vocab_size", "hidden_size"):
-        if field not in config:
-            raise LabError(f"{folder}/config.json has no {field!r} field: not an EAGLE-3 draft config")
-    if "LlamaForCausalLMEagle3" not in config["architectures"] or config["num_hidden_layers"] != 1:
-        raise LabError(f"{folder} holds {config['architectures']} with {config['num_hidden_layers']} layers, "
-                       "not a one-layer LlamaForCausalLMEagle3")
-    if config["hidden_size"] != target.config.hidden_size:
-        raise LabError(f"{folder} is a draft for hidden size {config['hidden_size']}, the target has "
-                       f"{target.config.hidden_size}")
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        names = set(f.keys())
-        missing = [k for k in EXPORT_KEYS if k not in names and k != "t2d"]  # t2d follows from d2t
-        if missing:
-            raise LabError(f"{folder}/model.safetensors has no tensor {missing[0]!r}")
-        state = {k: f.get_tensor(k) for k in EXPORT_KEYS if k in names}
-    d2t = state.pop("d2t").long()
-    state.pop("t2d", None)
-    if len(d2t) != config["draft_vocab_size"]:
-        raise LabError(f"{folder}: d2t has {len(d2t)} entries, draft_vocab_size says {config['draft_vocab_size']}")
-    head = Eagle3Head(target, d2t + torch.arange(len(d2t)))
-    expected = head.own_state()
-    for k, v in state.items():
-        if v.shape != expected[k].shape:
-            raise LabError(f"{folder}: {k} has shape {tuple(v.shape)}, this target needs {tuple(expected[k].shape)}")
-    head.load_state_dict({k: v.to(target.dtype) for k, v in state.items()}, strict=False)
-    return head.eval()

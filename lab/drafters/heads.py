@@ -144,11 +144,3 @@ def training_budget(manifest: dict) -> dict:
             "gpu_minutes": sum(m.get("gpu_budget_minutes", 0.0) for m in chain),
             "steps": sum(m["steps"] for m in chain), "stages": len(chain),
             "train_tokens": data["train_response_tokens"] + data.get("sharegpt_reply_tokens", 0)}
-
-
-def passes(manifest: dict) -> float:
-    """How many times each training sequence was drawn, in expectation, summed over the head's
-    warm-start chain: steps x sequences per batch / training sequences, per stage: what
-    memorising a training prompt scales with."""
-    return sum(m["steps"] * m["optimiser"]["batch_sequences"] / m["data"]["train_sequences"]
-               for m in warm_start_chain(manifest))

@@ -17,13 +17,6 @@ with `site_token` on the draft token, as `token_features` and `JudgeRule.scores`
 The draft is the 2-layer draft model or an EAGLE-1 head (its first draft, from the target's own
 features), whose mistakes are more fluent still and fool a judge that never saw any.
 
-Those mismatches sit on the target's own greedy answer. In decoding the judge meets other ones:
-once it has let a draft token through, the context is no longer the target's, and the draft keeps
-drafting from its own accepted tokens. `judged_item` mines those (on-policy, as DAgger does for
-imitation): it decodes the item with the 2-layer draft under an existing judge head, and labels
-the tokens in that answer that only the judge accepted, by the same substitution test from the
-judged answer's own prefix.
-
 Mining is slow (one greedy continuation per mismatch), so each item's result is cached under
 `.cache/judge-mined/` (an EAGLE head's under `.cache/judge-mined/eagle1/`) as soon as it is done,
 written atomically, and a rerun resumes.
@@ -44,7 +37,7 @@ from tqdm.auto import tqdm
 from ..artifacts import write_json
 from ..data import chat_ids, humaneval_problems
 from ..decode import decode
-from ..drafters import ModelDraft, NoDraft
+from ..drafters import NoDraft
 from ..drafters.eagle1 import EagleHead
 from ..paths import CACHE_DIR
 from ..sampling import Sampling
@@ -253,36 +246,9 @@ def finish(engine: Engine, item: Checkable, prefix: list[int], eos_id: int | Non
     return prefix + greedy_answer(engine, item.prompt + prefix, rest, eos_id)
 
 
-def judged_item(engine: Engine, draft, rule, item: Checkable, cap: int, draft_len: int, eos_id: int | None
-                ) -> dict:
-    """One item's on-policy record, in `mine_item`'s format: `answer` is judge decoding's answer
-    (the draft model `draft` proposing, `rule` the judge) and the mismatches are up to `cap` of
-    the tokens in it that only the judge accepted. Each is tried from the judged answer's own
-    prefix: with the draft token, finished by the target (correct: harmless); if that fails, with
-    the target's token instead (correct: the draft token was harmful; also wrong: the answer was
-    lost before this token, so no label)."""
-    target_answer = greedy_answer(engine, item.prompt, item.max_new_tokens, eos_id)
-    record = {"problem": item.problem, "source": item.source, "prompt": item.prompt, "answer": [],
-              "target_correct": bool(item.check(target_answer)), "mismatches_found": 0, "lost_before": 0,
-              "mismatches": []}
-    if not record["target_correct"]:
-        return record
-    answer, found = judged_tokens(engine, ModelDraft(draft), rule, item, draft_len, eos_id)
-    record.update(answer=answer, mismatches_found=len(found))
-    for j, token, target_token in spread(found, cap):
-        finished = finish(engine, item, answer[:j] + [token], eos_id)
-        harmless = bool(item.check(finished))
-        if not harmless and not item.check(finish(engine, item, answer[:j] + [target_token], eos_id)):
-            record["lost_before"] += 1
-            continue
-        record["mismatches"].append({"position": j, "draft": token, "target": target_token, "answer": finished,
-                                     "harmless": harmless})
-    return record
-
-
 def labelled(record: dict) -> list[Labelled]:
-    """One `Labelled` per mined mismatch: the prompt, the answer up to the mismatch (the target's,
-    or judge decoding's for an on-policy record) and the draft's token, labelled there only (1
+    """One `Labelled` per mined mismatch: the prompt, the target's answer up to the mismatch and the
+    draft's token, labelled there only (1
     harmless, 0 harmful). The tokens before it carry no label."""
     start = len(record["prompt"])
     return [Labelled(record["problem"], record["prompt"] + record["answer"][: m["position"]] + [m["draft"]], start,
@@ -295,17 +261,12 @@ def cache_path(cache_dir: Path, problem: str) -> Path:
 
 
 def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None = None,
-         cache_dir: Path = MINED_DIR, progress: bool = True, judged: tuple | None = None) -> list[dict]:
-    """`mine_item` for every item, or `judged_item` (on-policy) with the draft model under a judge
-    given `judged` = (rule, draft_len, what identifies the judge), each record cached in
-    `cache_dir` as soon as it is done and reused on a rerun when it was mined with the same
-    prompt, answer length and cap (and the same draft: a draft model's layer count, or the EAGLE
-    head's variant; and the same judge and chain length)."""
+         cache_dir: Path = MINED_DIR, progress: bool = True) -> list[dict]:
+    """`mine_item` for every item, each record cached in `cache_dir` as soon as it is done and
+    reused on a rerun when it was mined with the same prompt, answer length and cap (and the same
+    draft: a draft model's layer count, or the EAGLE head's variant)."""
     settings = ({"cap": cap, "draft": draft.variant} if isinstance(draft, EagleHead)
                 else {"cap": cap, "draft_layers": draft.config.num_hidden_layers})
-    if judged is not None:
-        rule, draft_len, judge_id = judged
-        settings |= {"draft_len": draft_len, "judge": judge_id}
     engine, records = engine_for(target), []
     bar = tqdm(items, desc="mining judge labels (items)", unit="item", disable=not progress)
     for item in bar:
@@ -313,8 +274,7 @@ def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None
         wanted = {**settings, "max_new_tokens": item.max_new_tokens}
         record = json.loads(path.read_text()) if path.exists() else None
         if record is None or record.get("settings") != wanted or record["prompt"] != item.prompt:
-            record = mine_item(engine, draft, item, cap, eos_id) if judged is None else \
-                judged_item(engine, draft, rule, item, cap, draft_len, eos_id)
+            record = mine_item(engine, draft, item, cap, eos_id)
             record["settings"] = wanted
             write_json(path, record)
         records.append(record)

@@ -96,8 +96,7 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
     """Train an EAGLE-3 head as `opts` say (`Eagle3Options` gives each option's meaning) for
     `opts.minutes` of wall time, or exactly `opts.max_steps` steps, and write it (fp16) with its
     manifest to `out` (default data/eagle/NAME.safetensors, NAME the options' name or eagle3).
-    `output_init="target"` starts a new head's readout as `Eagle3Head.copy_target_output` does,
-    `fc_init="high"` its fc as `Eagle3Head.pass_high_tap`; `feature_loss`: see `ttt_loss`. Under
+    `feature_loss`: see `ttt_loss`. Under
     torchrun each rank trains on its own device and share; rank 0 evaluates (on the CPU) and writes."""
     commit = git_commit()
     rank, world, device = processes(opts.device)
@@ -111,18 +110,8 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
     feature_sets = source_features(target, sources, cached_layers(target), opts.reply_feature_dtype, progress)
     extract_seconds = time.perf_counter() - extract_seconds
     init = head_path(opts.init) if opts.init else None
-    if init is not None:
-        head = load_head(target, path=init)
-    else:
-        head = Eagle3Head(target, training_vocabulary(sources, opts.draft_vocab), opts.taps)
-        if opts.output_init == "target":
-            head.copy_target_output(target)
-        if opts.fc_init == "high":
-            head.pass_high_tap()
-    if opts.freeze_output:
-        for param in (head.norm.weight, head.lm_head.weight):
-            param.requires_grad_(False)
-    head.to(device)
+    head = (load_head(target, path=init) if init is not None
+            else Eagle3Head(target, training_vocabulary(sources, opts.draft_vocab), opts.taps)).to(device)
     init_record = started_from(init)
     train = training_items(sources, opts.train_prompts)
     heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:opts.eval_prompts]
@@ -133,10 +122,6 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
     shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": head.taps,
              "replies": opts.replies, "reply_feature_dtype": opts.reply_feature_dtype if opts.replies else None,
              "train_prompts": opts.train_prompts, "init": None if init is None else repo_path(init), "world": world,
-             "output_init": opts.output_init,
-             # only where it is not the default, so that checkpoints from before the option resume
-             **({"fc_init": opts.fc_init} if opts.fc_init != "random" else {}),
-             **({"freeze_output": True} if opts.freeze_output else {}),
              **({"feature_weight": opts.feature_loss} if opts.feature_loss else {})}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     recipe = Recipe(opts.lr, warmup=50, grad_clip=0.5, minutes=opts.minutes, max_steps=opts.max_steps)
@@ -218,12 +203,7 @@ def _manifest(head: Eagle3Head, out: Path, opts: Eagle3Options, recipe: Recipe, 
                           "loss": "smooth-L1 between each step's output state and the target's top feature at its "
                                   "label's position (an ablation: EAGLE-3 has none)",
                           "weight_against_token_loss": opts.feature_loss}
-                      if opts.feature_loss else None,
-                      "output_init": "final norm and LM head from the target's" if opts.output_init == "target"
-                      else "random" if init_record is None else "continued",
-                      "output_trained": not opts.freeze_output,
-                      "fc_init": "the identity on the high tap" if opts.fc_init == "high"
-                      else "random" if init_record is None else "continued"},
+                      if opts.feature_loss else None},
         "data": {"file": regen.get("artifact"), "train_sequences": len(train), "train_response_tokens": response_tokens,
                  "train_prompts_limit": opts.train_prompts,
                  "sharegpt_reply_sequences": len(sources[1].split) if len(sources) > 1 else 0,

@@ -219,14 +219,10 @@ def heldout_evaluation(head: EagleHead | Eagle3Head, data: RegenSet, feats: Feat
 
 # ---- saved heads ---------------------------------------------------------------------------
 
-def evaluate_saved_head(path: Path, target=None, data: RegenSet | None = None, prompts: int = HELDOUT_PROMPTS,
-                        split: str = "heldout") -> dict:
-    """Score the head saved at `path` and write the report, with the command, commit and machine that
-    produced it, into its manifest under "evaluation" (`split="train"`: the first `prompts`
-    training prompts instead, under "evaluation_train", to set memorisation beside the held-out
-    figures). A head trained on the answers sampled at T = 1 is scored on that set's answers."""
-    if split not in ("heldout", "train"):
-        raise LabError(f"unknown split {split!r}: choose heldout or train")
+def evaluate_saved_head(path: Path, target=None, data: RegenSet | None = None, prompts: int = HELDOUT_PROMPTS) -> dict:
+    """Score the head saved at `path` on the held-out prompts and write the report, with the command,
+    commit and machine that produced it, into its manifest under "evaluation". A head trained on the
+    answers sampled at T = 1 is scored on that set's answers."""
     manifest_path = path.with_suffix(".json")
     manifest = read_results(manifest_path)
     if manifest is None:
@@ -235,16 +231,10 @@ def evaluate_saved_head(path: Path, target=None, data: RegenSet | None = None, p
     head = load_head(target, path=path)
     sampled = manifest["data"].get("answers") == "sampled at T = 1"
     data = data if data is not None else load_regen(sampled)
-    scored = data.subset(split, prompts)
+    scored = data.subset("heldout", prompts)
     feats = target_features(target, scored, evaluation_layers(head), progress=False)
-    if split == "heldout":
-        report = heldout_evaluation(head, scored, feats, prompts)
-    else:
-        began = time.perf_counter()
-        report = {**evaluate(head, scored, feats, list(range(len(scored.split)))),
-                  "prompt_set": f"the first {prompts} training prompts", "seconds": 0.0}
-        report["seconds"] = round(time.perf_counter() - began, 1)
-    report = {**report, "answers": "sampled at T = 1" if sampled else "greedy",
+    report = {**heldout_evaluation(head, scored, feats, prompts),
+              "answers": "sampled at T = 1" if sampled else "greedy",
               "command": command_line(), "commit": git_commit(), "machine": machine()}
-    write_json(manifest_path, {**manifest, "evaluation" if split == "heldout" else "evaluation_train": report})
+    write_json(manifest_path, {**manifest, "evaluation": report})
     return report

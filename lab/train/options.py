@@ -72,11 +72,6 @@ class Eagle3Options(LoopOptions):
     draft_vocab: int = opt(8192, "draft vocabulary: the most frequent training tokens")
     taps: str = opt("fused", "the target's layers 2, N/2, N-3 fused, or its top feature only (an ablation)",
                     choices=["fused", "top"])
-    output_init: str = opt("random", "a new head's final norm and LM head random or copied from the target's (its "
-                           "rows for the draft vocabulary)", choices=["random", "target"])
-    fc_init: str = opt("random", "a new head's fc random or the identity on the high tap", choices=["random", "high"])
-    freeze_output: bool = opt(False, "keep the final norm and LM head fixed (with --output-init target: the "
-                              "target's own readout, as EAGLE-1 keeps it) and train fc and the layer only")
     feature_loss: float = opt(0.0, "also regress each step's output state onto the target's top feature with this "
                               "weight against the token loss (EAGLE-1's constraint put back, an ablation; 0: "
                               "EAGLE-3's objective)")
@@ -90,14 +85,6 @@ class Eagle3Options(LoopOptions):
 
     def __post_init__(self) -> None:
         """Options that would train something other than they say are refused, in one line."""
-        if (self.output_init, self.fc_init) != ("random", "random") and self.init is not None:
-            raise LabError("--output-init and --fc-init start a new head; with --init the head continues "
-                           "from its weights: drop one of them")
-        if self.freeze_output and self.init is None and self.output_init != "target":
-            raise LabError("--freeze-output keeps the readout a new head starts with: add --output-init target "
-                           "(a frozen random readout would teach nothing)")
-        if self.fc_init == "high" and self.taps != "fused":
-            raise LabError("--fc-init high needs the fused taps (fc over the low, middle and high layers)")
         if self.heldout_every < 0:
             raise LabError(f"--heldout-every must be 0 (never) or a number of steps, not {self.heldout_every}")
         if self.feature_loss < 0:
@@ -125,13 +112,8 @@ class JudgeOptions:
     mined: int = opt(0, "also label the 2-layer draft's real mismatches on up to N checkable items (the templated "
                      "tasks of lab.judge.tasks' judge half first, then HumanEval; cached under .cache/judge-mined/ and "
                      "resumed; 0: planted errors only)")
-    mined_only: bool = opt(False, "train on the mined labels alone")
     mine_with: str = opt("draft", "whose mismatches --mined labels, comma-separated: draft (the 2-layer draft "
-                         "model), eagle1 (the shipped EAGLE-1 head's first drafts) and/or judged (the tokens only "
-                         "the judge --judged-by let through when it decoded with the 2-layer draft)")
-    judged_by: str = opt("judge", "the judge heads data/judge/NAME.json that decode for --mine-with judged, "
-                         "comma-separated (several: the labels of each, as DAgger aggregates its rounds)")
-    judged_delta: float | None = opt(None, "their threshold for --mine-with judged (by default each head's own)")
+                         "model) and/or eagle1 (the shipped EAGLE-1 head's first drafts)")
     mine_cap: int = opt(8, "at most this many mismatches tried per item")
     with_logits: bool = opt(False, "the probe also reads the token's log-probability and the entropy under the "
                             "target's logits, beside the hidden state")
