@@ -1,4 +1,3 @@
 """The Speculative Decoding Lab: one decoding loop, many drafters, exact verification.
 
-Modules are imported where used (e.g. `from lab.decode import decode`) so that light parts,
-such as `lab.kernels`, never pull in transformers."""
+Modules are imported where used, so that light parts (`lab.kernels`) never pull in transformers."""

@@ -1,11 +1,6 @@
-"""Notebook 06's one-factor ablation: the five heads `python -m lab run eagle3-ablation` trains,
-the pairs the chapter compares and the one option each pair may differ in, and what each head cost.
-
-Every head is two stages of one trainer (`train eagle3`, one head class, data, seed, precision
-and batch): 400 plain steps, then 400 more that are training-time test (S = 7) or plain (the
-matched control). A head's recipe is both stages' recorded options; the two heads of a compared
-pair must differ in exactly the factor the pair names, and `differences` is how the chapter and
-the tests check it.
+"""Notebook 06's one-factor ablation: the five heads `python -m lab run eagle3-ablation` trains (two
+stages of `train eagle3` each), the pairs the chapter compares and the one option each pair may differ
+in (`differences` checks it, at every stage), and what each head cost.
 """
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ def recipe(manifest: dict) -> list[dict]:
 
 
 def differences(a: dict, b: dict) -> set[str]:
-    """The options in which two heads' recipes differ, at any stage ("stages" where their
-    numbers of stages differ)."""
+    """The options in which two heads' recipes differ at any stage ({"stages"} if their stages differ)."""
     ra, rb = recipe(a), recipe(b)
     if len(ra) != len(rb):
         return {"stages"}
@@ -54,8 +48,7 @@ def differences(a: dict, b: dict) -> set[str]:
 
 
 def cost(manifest: dict) -> dict:
-    """Steps, sequence draws (steps x sequences per step) and CPU-minutes of a head, in all and
-    by stage (first stage first)."""
+    """Steps, sequence draws and CPU-minutes of a head, in all and by stage (first stage first)."""
     chain = list(reversed(warm_start_chain(manifest)))
     minutes = [m.get("cpu_budget_minutes", 0.0) for m in chain]
     return {"steps": sum(m["steps"] for m in chain),
@@ -73,8 +66,7 @@ def verdicts(manifest: dict) -> list[str]:
 
 
 def chain_tau(evaluation: dict) -> float:
-    """The tokens a chain of the evaluated depths yields per target forward: the bonus token plus
-    the expected accepted drafts, 1 + sum over d of P(depths 1..d all right)."""
+    """Tokens per target forward of a chain of the evaluated depths: 1 + sum_d P(depths 1..d right)."""
     return 1.0 + sum(evaluation["chain_acceptance_by_depth"]["rate"])
 
 

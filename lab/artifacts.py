@@ -1,8 +1,5 @@
-"""Writing results safely and describing how they were made.
-
-Every shipped artifact gets a manifest: the command, the data, the steps, the commit and the
-machine that produced it, and what it measured. Files are written to a temporary name and
-renamed, so an interrupted job never leaves a half-written result under the real name."""
+"""Writing results safely (to a temporary name, then renamed, so an interrupted job never leaves a
+half-written file) and describing how they were made (the command, commit and machine of a manifest)."""
 from __future__ import annotations
 
 import json
@@ -25,9 +22,8 @@ os.umask(_UMASK)  # read once: os.umask can only be read by setting it
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp_path), then rename tmp_path to path. Each writer gets its own temporary
-    name, so two processes writing the same file (ranks under torchrun) cannot mix their bytes:
-    the last rename wins, whole."""
+    """Call write(tmp_path), then rename tmp_path to path. Each writer gets its own temporary name, so
+    two processes writing the same file (torchrun ranks) cannot mix bytes: the last rename wins, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     os.close(handle)
@@ -45,9 +41,8 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_results(path: Path) -> dict | None:
-    """A results file an earlier (perhaps interrupted) run wrote, None if there is none yet. A file
-    that does not parse cannot be half-written by `write_json` (it renames whole files), so it is
-    reported, not silently replaced."""
+    """A results file an earlier (perhaps interrupted) run wrote, None if there is none yet. Raises
+    LabError on one that does not parse: `write_json` never half-writes, so it is not silently replaced."""
     if not path.exists():
         return None
     try:
@@ -59,11 +54,9 @@ def read_results(path: Path) -> dict | None:
 def resumable_runs(recorded: dict[str, dict], wanted: dict[str, Any], identity: Callable[[dict], Any],
                    keep_other: Callable[[str, dict], bool] = lambda name, record: True,
                    ) -> tuple[dict[str, dict], list[str], list[str]]:
-    """Compare the named runs a results file holds with the runs wanted now (name -> what the run
-    depends on). Returns (kept: each recorded run whose `identity` is still the wanted one, plus
-    the unwanted ones `keep_other` accepts; todo: the wanted names left to run, in order; stale:
-    the recorded names that are rerun or dropped). A job that runs `todo` and rewrites its file
-    with `write_json` after each run resumes where an interruption left it."""
+    """Compare the recorded runs with those wanted now (name -> what the run depends on). Returns (kept:
+    recorded runs whose `identity` is still the wanted one, plus unwanted ones `keep_other` accepts;
+    todo: the wanted names left to run, in order; stale: the recorded names rerun or dropped)."""
     kept = {n: r for n, r in recorded.items()
             if (identity(r) == wanted[n] if n in wanted else keep_other(n, r))}
     return kept, [n for n in wanted if n not in kept], sorted(set(recorded) - set(kept))
@@ -110,9 +103,8 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_fingerprint() -> dict:
-    """What decides which tree pays on a CPU: its model name, the vector and matrix instruction sets
-    that set the speed of the target's products, the cores and the L3 size. Two machines with the
-    same fingerprint share a tuning; a tuning is never used on another one without saying so."""
+    """What decides which tree pays on a CPU (model, vector and matrix ISA, cores, L3); equal
+    fingerprints share a tuning."""
     flags = cpu_flags()
     try:
         l3 = (Path("/sys/devices/system/cpu/cpu0/cache/index3/size")).read_text().strip()

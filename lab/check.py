@@ -1,10 +1,6 @@
-"""Checks for the notebooks' exercises: a student's function against the lab's reference.
-
-Each `check_*` runs the same kind of test the suite uses on the reference (exact agreement on
-seeded random cases, the edge cases the known bugs live in, a statistical losslessness test)
-and raises `ExerciseError` with a message that says what went wrong and where to look; on
-success it prints one line. The student copies that `make exercises` writes
-(`notebooks/exercises/`) call them right after the cell the student fills in."""
+"""Checks for the notebooks' exercises: a student's function against the lab's reference. Each
+`check_*` tests seeded random cases and the edge cases the classic bugs live in, and raises
+`ExerciseError` saying what went wrong and where to look; on success it prints one line."""
 from __future__ import annotations
 
 from typing import Callable
@@ -153,11 +149,9 @@ def check_ttt_mask(fn: Callable) -> None:
 
 
 def check_n_alpha_interval(fn: Callable) -> None:
-    """`fn(evaluation, depth)` must return (hits, chains, low, high) for n-alpha at `depth`: the
-    chains (those right at every earlier depth) as recorded, the hits recovered from the rounded
-    rate (exact while chains < 10,000: the rate has four decimals), and their Wilson 95% interval
-    (notebook 06). Checked on two shipped heads' manifests and on a small count, where the
-    interval's formula matters most."""
+    """`fn(evaluation, depth)` must return (hits, chains, low, high) for n-alpha at `depth`: the chains
+    (those right at every earlier depth) as recorded, the hits recovered from the rounded rate (exact
+    while chains < 10,000: the rate has four decimals), and their Wilson 95% interval (notebook 06)."""
     small = {"n_alpha_by_depth": {"rate": [0.8, 0.0667], "chains": [40, 30], "hits": [32, 2],
                                   "ci95": [list(wilson(32, 40)), list(wilson(2, 30))]}}
     cases = [(head_manifest(name)["evaluation"], depth) for name in ("eagle1", "eagle3-full") for depth in (1, 2, 6)]
@@ -177,9 +171,9 @@ def check_n_alpha_interval(fn: Callable) -> None:
 
 
 def check_isolating_pairs(fn: Callable) -> None:
-    """`fn(manifests)` (six heads' manifests, by name) must return {"feature loss": (a, b),
-    "training-time test": (a, b)}: two heads whose whole recipes, every stage included, differ
-    in that factor alone (notebook 06)."""
+    """`fn(manifests)` (heads' manifests, by name) must return {"feature loss": (a, b), "training-time
+    test": (a, b)}: two heads whose recipes, every stage included, differ in that factor alone
+    (notebook 06)."""
     names = [*ablation.FIG4.values(), ablation.TABLE2[-1][1], "ablation-token-s1"]
     manifests = {name: head_manifest(name) for name in names}
     answer = fn(manifests)

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from .artifacts import command_line, cpu_fingerprint, fingerprint_id, git_commit, machine, repo_path, write_json
 from .bench import (METHODS, drafting_line, format_breakdown, format_table, is_method, load_setup, make_drafter,
-                    profiled, run_bench, verification_line)
+                    run_bench, verification_line)
 from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
 from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive, tree_triple
 from .costmodel import choice_path, choice_row, quick_tune, tau_at_tree, tune, tuning_cache_path
@@ -125,8 +125,7 @@ def _bench(args: argparse.Namespace) -> None:
     if o.breakdown:  # measured before the run, so the floor's reading does not disturb it
         weights, read = parameter_bytes(setup.target), read_bandwidth()
         config["bandwidth_floor"] = {"weight_bytes": weights, "read_gb_s": read / 1e9, "ms": 1e3 * weights / read}
-    bench = (lambda *a: profiled(o.profile, run_bench, *a)) if o.profile else run_bench
-    result = bench(methods, prompts, setup, config, o.draft_layers, o.json)
+    result = run_bench(methods, prompts, setup, config, o.draft_layers, o.json)
     print(format_table(result))
     print(verification_line(result))
     drafted = drafting_line(result)

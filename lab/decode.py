@@ -1,10 +1,7 @@
-"""The one decoding loop: propose -> score -> accept -> commit.
-
-Every method is this loop with a different drafter (AR proposes nothing). Prefill scores the
-prompt without its last token; each cycle then feeds [last token, drafts...] to the target
-in one forward, so every new token comes out of a verification forward and
-tau = new tokens / verification forwards (prefill excluded) is 1 for AR exactly.
-"""
+"""The one decoding loop, propose -> score -> accept -> commit; every method is this loop with its own
+drafter (AR proposes nothing). Prefill scores the prompt without its last token; each cycle feeds
+[last token, drafts...] to the target in one forward, so every new token comes from a verification
+forward and tau = new tokens / verification forwards (prefill excluded) is exactly 1 for AR."""
 from __future__ import annotations
 
 import os
@@ -46,9 +43,7 @@ class DecodeResult:
     seconds: float = 0.0
     draft_seconds: float = 0.0  # of `seconds`, the time inside the drafter (propose and commit)
     score_seconds: float = 0.0  # of `seconds`, the verification cycles: target forward, acceptance, cache update
-    # of `seconds`, by phase: prefill (the prompt's forward), propose, forward (the target's, in the
-    # cycles), verify (acceptance and the cache update: the cycles' time besides their forward), commit
-    # (the drafter taking the scored features); the rest is the loop's own bookkeeping
+    # of `seconds` by phase: prefill, propose, forward (the target's), verify (cycles' rest), commit
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -57,8 +52,7 @@ class DecodeResult:
 
 
 def _count_positions(result: DecodeResult, attempted: int, n: int) -> None:
-    """Positions 1..attempted were tried in this cycle (each only because the ones before it
-    passed); the first n of them were accepted."""
+    """Count one cycle: draft positions 1..attempted were tried, the first n of them accepted."""
     while len(result.attempted_by_position) < attempted:
         result.attempted_by_position.append(0)
         result.accepted_by_position.append(0)
@@ -68,8 +62,8 @@ def _count_positions(result: DecodeResult, attempted: int, n: int) -> None:
 
 
 def resolve_kernel(kernel: str | None, device: torch.device) -> str:
-    """Which verification runs: `triton` (lab/kernels) by default on a GPU, the `torch`
-    reference (lab/verify/lossless.py) on a CPU. Triton on a CPU needs its interpreter."""
+    """`triton` (lab/kernels) by default on a GPU, the `torch` reference otherwise. Raises LabError
+    for an unknown kernel, or for triton on a CPU without TRITON_INTERPRET=1."""
     if kernel is None:
         return "triton" if device.type == "cuda" else "torch"
     if kernel not in KERNELS:
@@ -80,8 +74,7 @@ def resolve_kernel(kernel: str | None, device: torch.device) -> str:
 
 
 def top2_gaps(logits: torch.Tensor) -> list[float]:
-    """Each row's gap between its two largest logits (0 for a tie), the values torch.topk(x, 2)
-    gives; on the CPU with numpy, as `argmax_rows` (topk is as slow there as argmax)."""
+    """Each row's gap between its two largest logits (0 for a tie), as torch.topk(x, 2) gives it."""
     if logits.device.type != "cpu":
         top2 = torch.topk(logits, 2, dim=-1).values
         return (top2[:, 0] - top2[:, 1]).tolist()
@@ -93,15 +86,13 @@ def top2_gaps(logits: torch.Tensor) -> list[float]:
 
 
 def _uniforms(n: int, sampling: Sampling, rng: RandomStream) -> torch.Tensor | None:
-    """The uniform draws of one verification (none when greedy). They are drawn before the
-    verification and kept in its `Cycle`, so that an inspector can explain every verdict."""
+    """One verification's uniform draws (None when greedy), kept in its `Cycle` to explain it."""
     return None if sampling.greedy else rng.uniforms(n)
 
 
 def _verify(kernel: str, drafts: list[int], q: torch.Tensor | None, logits: torch.Tensor, sampling: Sampling,
             uniforms: torch.Tensor | None, rng: RandomStream) -> ChainResult:
-    """One chain verification, by the reference or by the Triton kernel (same random inputs,
-    so the same result bit for bit)."""
+    """One chain verification by the reference or the Triton kernel: same inputs, same bits."""
     if kernel == "torch":
         logits = logits.cpu()
         if sampling.greedy:
@@ -207,13 +198,10 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
            kernel: str | None = None, rule=None,
            on_cycle: Callable[[list[int], DraftTree | tuple, Cycle, list[int], list[str]], None] | None = None
            ) -> DecodeResult:
-    """Generate up to `max_new_tokens` after `prompt` (stopping after EOS) with `drafter`
-    proposing up to `draft_len` tokens per cycle and the target verifying them with `kernel`
-    (see `resolve_kernel`), or, given a lossy `rule` (lab/verify/lossy.py: `JudgeRule`, `TopKRule`),
-    greedily with that rule as a second way in (chains only). `on_tokens(tokens, origins)` sees
-    each cycle's new tokens; `on_cycle(context, proposal, cycle, tokens, origins)` also sees the
-    context the cycle started from, what was drafted and how the target scored it
-    (lab/viz/cycles.py records cycles with it)."""
+    """Generate up to `max_new_tokens` after `prompt`, stopping after EOS: `drafter` proposes up to
+    `draft_len` tokens a cycle, verified by `kernel` (`resolve_kernel`) or, given a lossy `rule`,
+    greedily with it as a second way in (chains only). `on_tokens(tokens, origins)` sees each cycle's
+    new tokens, `on_cycle(context, proposal, cycle, tokens, origins)` also how it was scored."""
     if not prompt:
         raise ValueError("empty prompt: give at least one token")
     if rule is not None and not sampling.greedy:
@@ -226,7 +214,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     layers = getattr(drafter, "feature_layers", ())  # EAGLE drafters read the target's features
     drafter.begin(prompt)
 
-    spent = Seconds()  # by phase, for the bench's time shares and per-cycle breakdown
+    spent = Seconds()  # by phase
     if len(prompt) > 1:
         scored = spent.call("prefill", target.forward, prompt[:-1], hidden_layers=layers, last_only=True)
         spent.call("commit", drafter.commit, prompt, _features(scored, layers))

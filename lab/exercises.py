@@ -1,13 +1,8 @@
 """`make exercises`: student copies of the notebooks, with the solution cells turned into stubs.
 
-A teacher marks a code cell with the tag `solution`. It holds one or more functions (the
-reference answer, written out for teaching; the lab's own implementation stays in `lab/`), and
-the cell after it calls a `lab.check` function on them. The student copy in
-`notebooks/exercises/` keeps each function's signature and docstring and replaces its body with
-`raise NotImplementedError`, drops every output, and tags the cell `exercise`; everything else
-is unchanged, so the check cell tells the student when the answer is right. `python -m
-lab.exercises --check` fails when a committed copy is out of date (`tests/test_exercises.py`
-makes the same check in `make test`)."""
+A cell tagged `solution` holds only functions, checked by a `lab.check` call in the next cell; the copy
+in `notebooks/exercises/` keeps their signatures and docstrings, stubs their bodies and drops outputs.
+`python -m lab.exercises --check` fails when a committed copy is out of date."""
 from __future__ import annotations
 
 import argparse
@@ -29,7 +24,7 @@ STUB = 'raise NotImplementedError("exercise: write this function, then run the c
 
 def stub_functions(source: str) -> str:
     """Every top-level function of `source` with its body replaced by the stub (signature and
-    docstring kept); a solution cell holds nothing else."""
+    docstring kept); LabError if the cell holds anything but functions."""
     tree = ast.parse(source)
     lines = source.splitlines()
     kept = []

@@ -1,13 +1,8 @@
 """`make figures`: execute notebooks at full size, time each, and record which figures it wrote.
 
-Why a manifest: a figure in `figures/` is only worth showing if one can tell which notebook run
-drew it, on which machine and commit, and how long that run takes (a teacher plans a session
-around it). `python -m lab.figures [NOTEBOOK ...]` runs the given notebooks (default: all) with
-nbclient, writes the executed copies to `.cache/executed/` (never committed), and updates
-`figures/manifest.json`: per notebook the wall seconds and its three slowest cells, the figures
-whose files it wrote, the command, commit, machine and date (the browser test records its
-screenshots the same way). Running one notebook updates its entry only. `python -m lab.results` renders the times into
-RESULTS.md and the README's notebook map."""
+`python -m lab.figures [NOTEBOOK ...]` runs notebooks (default: all) with nbclient and updates each
+one's entry in `figures/manifest.json` (seconds, slowest cells, figures written, command, commit,
+machine, date), so that every figure can be traced to the run that drew it."""
 from __future__ import annotations
 
 import argparse
@@ -29,8 +24,7 @@ def _figure_times() -> dict[Path, int]:
 
 
 def slowest_cells(notebook, n: int = 3) -> list[dict]:
-    """The `n` code cells that took longest, from the execution timestamps nbclient records,
-    so that whoever has to shorten a notebook knows which cell to look at first."""
+    """The `n` code cells that took longest, from the execution timestamps nbclient records."""
     timed = []
     for index, cell in enumerate(notebook.cells):
         stamps = cell.get("metadata", {}).get("execution", {})
@@ -42,8 +36,7 @@ def slowest_cells(notebook, n: int = 3) -> list[dict]:
 
 
 def run_notebook(path: Path, timeout: int = 3600) -> dict:
-    """Execute one notebook in its own folder; return its wall seconds, its slowest cells and
-    the figures it wrote."""
+    """Execute one notebook in its own folder: its wall seconds, slowest cells and the figures it wrote."""
     import nbformat
     from nbclient import NotebookClient
     before = _figure_times()
@@ -64,9 +57,7 @@ def load_manifest() -> dict:
 
 
 def record(section: str, name: str, entry: dict, command: str | None = None) -> dict:
-    """Merge one run's entry (its seconds and the figures it wrote) into figures/manifest.json
-    under `section` ("notebooks", or "screenshots" for the browser test's pictures), with the
-    command, commit, machine and date that make it rerunnable."""
+    """Merge one run's entry, with its command, commit, machine and date, into the manifest's `section`."""
     manifest = load_manifest()
     manifest.setdefault(section, {})[name] = {
         **entry, "command": command or command_line(), "commit": git_commit(), "machine": machine(),

@@ -1,6 +1,5 @@
 """The intervals the chapters print beside small samples: Wilson's for a proportion, and paired
-bootstraps over prompts for two methods measured on the same prompts (a difference of means, a
-ratio of totals)."""
+bootstraps over prompts for two methods measured on the same prompts."""
 from __future__ import annotations
 
 import math
@@ -19,8 +18,7 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
 
 
 def _percentile_interval(statistic, groups: int, draws: int, level: float, seed: int) -> tuple[float, float]:
-    """The percentile interval of `statistic(picks)` over `draws` resamplings of `groups` whole
-    groups with replacement (`picks` [draws, groups] holds the groups drawn)."""
+    """The percentile interval of `statistic(picks)`, `picks` [draws, groups] the groups resampled."""
     picks = np.random.default_rng(seed).integers(0, groups, size=(draws, groups))
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(statistic(picks), [tail, 100 - tail])
@@ -29,11 +27,9 @@ def _percentile_interval(statistic, groups: int, draws: int, level: float, seed:
 
 def paired_bootstrap(weights: list[float], a: list[float], b: list[float], draws: int = 4000, level: float = 0.95,
                      seed: int = 0) -> tuple[float, float, float]:
-    """(difference, low, high): the weighted mean of `b` minus that of `a` over groups measured on
-    both (a prompt's positions: `weights[i]` of them, with means `a[i]` and `b[i]`), and its
-    percentile interval from resampling whole groups with replacement. Positions of one prompt
-    are correlated (one text, one topic), so the prompt, not the position, is the unit drawn:
-    resampling positions would give an interval that is too narrow."""
+    """(difference, low, high): the `weights`-weighted mean of `b` minus that of `a` over prompts measured
+    by both, and its percentile interval from resampling whole prompts (their positions are correlated).
+    ValueError unless `weights`, `a` and `b` hold the same two or more groups."""
     w, a, b = (np.asarray(x, dtype=float) for x in (weights, a, b))
     if not len(w) == len(a) == len(b) or len(w) < 2:
         raise ValueError("paired_bootstrap needs the same two or more groups measured by both")
@@ -44,10 +40,9 @@ def paired_bootstrap(weights: list[float], a: list[float], b: list[float], draws
 
 def ratio_bootstrap(numerator: list[float], denominator: list[float], draws: int = 4000, level: float = 0.95,
                     seed: int = 0) -> tuple[float, float, float]:
-    """(ratio, low, high): sum(numerator) / sum(denominator) over items measured by both (the
-    seconds two methods took on each prompt: the second's speed over the first's when both wrote
-    the same tokens), and its percentile interval from resampling whole items with replacement,
-    the two measurements of an item together: a long prompt is slow for both."""
+    """(ratio, low, high): sum(numerator) / sum(denominator) over paired items (e.g. two methods'
+    seconds per prompt), and its percentile interval from resampling whole items, both measurements
+    together (a long prompt is slow for both). ValueError unless two or more items, all denominators > 0."""
     n, d = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
     if len(n) != len(d) or len(n) < 2 or (d <= 0).any():
         raise ValueError("ratio_bootstrap needs the same two or more items, with positive denominators")

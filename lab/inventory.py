@@ -1,11 +1,8 @@
 """Every file under data/: what it is, how the library finds it, and who loads it.
 
-Data that ships is data that loads: a file is under data/ only if a notebook, a test, the
-results page or a documented command reads it. Each entry below names the files it covers (a
-glob under data/; the first matching entry holds a file), the library's own way of finding such
-a file (`locate`: the loader's path function, fed from the file's name or content, so a renamed
-loader or a moved file shows at once), and its users, each as a file and the text in it that
-loads the data. `tests/test_inventory.py` checks all three for every file.
+A file is under data/ only if a notebook, a test, the results page or a documented command reads it.
+Each entry names its files (a glob; the first matching entry holds a file), the loader's path function
+(`locate`, so a renamed loader or moved file shows at once) and its users (file, loading text).
 """
 from __future__ import annotations
 
@@ -127,8 +124,7 @@ def entry_of(path: Path) -> Entry | None:
 
 
 def data_files() -> list[Path]:
-    """Every file under data/ that git would ship: dot files and what .gitignore leaves out (the
-    weights of heads that ship their manifests alone) are not."""
+    """Every file under data/ that git would ship: not dot files, nor what .gitignore leaves out."""
     files = sorted(p for p in DATA_DIR.rglob("*") if p.is_file() and not p.name.startswith("."))
     ignored = ignored_by_git(files)
     return [p for p in files if p not in ignored]

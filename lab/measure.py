@@ -1,6 +1,5 @@
-"""Measurements of the target on this machine: forward latency T(k), bytes moved, FLOP/s,
-the machine's roofline (read bandwidth, matrix-multiply peak), and the (tiny) numerical
-difference between batched and one-token-at-a-time forwards."""
+"""Measurements of the target on this machine: forward latency T(k), bytes moved, FLOP/s, the roofline
+(read bandwidth, matrix-multiply peak), and the difference between batched and one-token forwards."""
 from __future__ import annotations
 
 import time
@@ -27,15 +26,13 @@ def parameter_bytes(model: torch.nn.Module) -> int:
 
 
 def matmul_flops_per_token(model: torch.nn.Module) -> int:
-    """2 x (weights used in matmuls per token): every linear layer plus the LM head. The
-    embedding lookup is a gather, not a matmul, so it is excluded even when tied."""
+    """2 x the weights of every linear layer, LM head included (an embedding lookup is no matmul)."""
     n = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     return 2 * n
 
 
 def kv_cache_bytes(model: torch.nn.Module, context: int) -> int:
-    """Bytes of keys and values one sequence's forward reads from its KV cache at `context`
-    tokens: 2 (K and V) x layers x key-value heads x head size x context x element size."""
+    """Bytes of keys and values one sequence's forward reads from its KV cache at `context` tokens."""
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     element = next(model.parameters()).element_size()
@@ -43,25 +40,21 @@ def kv_cache_bytes(model: torch.nn.Module, context: int) -> int:
 
 
 def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
-    """Bytes per second at which this machine reads memory: the fastest of `repeats` sums over
-    a float32 tensor far larger than the CPU caches (a sum reads every byte once and does one
-    addition per 4 bytes, so it is bound by the read, like one-token decoding)."""
+    """Memory read bandwidth (bytes per second): the fastest of `repeats` sums over a large tensor."""
     x = torch.ones(megabytes * 2**20 // 4)
     return x.numel() * 4 / fastest({0: lambda: x.sum()}, repeats)[0]
 
 
 def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 2048, repeats: int = 5) -> float:
-    """FLOP per second of one n x n by n x n matrix product (2 n^3 FLOP) in `dtype`: the
-    machine's arithmetic ceiling as the math library reaches it."""
+    """FLOP per second of one n x n matrix product in `dtype`: the machine's arithmetic ceiling."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     return 2 * n**3 / fastest({0: lambda: a @ b}, repeats)[0]
 
 
 @torch.inference_mode()
 def linear_latency(model: torch.nn.Module, ks: list[int], repeats: int = 5) -> dict[int, float]:
-    """Seconds (fastest of `repeats`) of only the weight matrix products of one forward over k
-    rows: every linear layer of the model, the LM head included, on random inputs. The rest of
-    T(k) is attention, norms, activations and Python/framework overhead."""
+    """Seconds (fastest of `repeats`) of only the weight products of one forward over k rows: every
+    linear layer, the LM head included, on random inputs; the rest of T(k) is attention and overhead."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     dtype = linears[0].weight.dtype
     out = {}
@@ -78,9 +71,8 @@ def linear_latency(model: torch.nn.Module, ks: list[int], repeats: int = 5) -> d
 
 def cropped_forwards(model: torch.nn.Module, configs: list[tuple[int, bool]], prefix: int = 200, seed: int = 0,
                      make_engine: Callable = engine_for) -> dict[tuple[int, bool], Callable[[], None]]:
-    """For each (k, tree) in `configs`, a function that runs one forward over k random new
-    positions after `prefix` random cached tokens (tree: with an explicit mask among the new
-    positions, as tree verification passes it) and crops them away again. All share one engine."""
+    """Per (k, tree) in `configs`, a function that runs one forward over k random new positions after
+    `prefix` cached ones (tree: with an explicit mask among them) and crops them; one engine for all."""
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prefix_ids = torch.randint(0, vocab, (prefix,), generator=g).tolist()
@@ -102,22 +94,17 @@ def cropped_forwards(model: torch.nn.Module, configs: list[tuple[int, bool]], pr
 
 def latency_table(model: torch.nn.Module, configs: list[tuple[int, bool]], prefix: int = 200, repeats: int = 5,
                   seed: int = 0, make_engine: Callable = engine_for) -> dict[tuple[int, bool], float]:
-    """Seconds of one cached forward over k new positions after `prefix` tokens for each
-    (k, tree) in `configs` (`cropped_forwards`), the fastest of `repeats` runs taken in turns
-    (`lab.timing.fastest`): what the cost model divides by what must come from the same minutes."""
+    """Seconds of each of `cropped_forwards`, the fastest of `repeats` runs taken in turns, so that timings
+    the cost model divides by each other come from the same minutes."""
     return fastest(cropped_forwards(model, configs, prefix, seed, make_engine), repeats)
 
 
 def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, cached: bool = True,
                     repeats: int = 5, seed: int = 0, tree: bool = False,
                     make_engine: Callable = engine_for) -> dict[int, float]:
-    """Seconds of one target forward (fastest of `repeats` runs, taken in turns over the ks)
-    over k new positions after `prefix` tokens.
-    cached=True: the prefix sits in the KV cache (what decoding does). cached=False: the
-    whole prefix is recomputed with the k positions (decoding without a KV cache).
-    tree=True: pass an explicit attention mask among the new positions, as tree
-    verification does (attention then cannot take the causal fast path).
-    make_engine: which forward to time (default `engine_for`: the one decoding uses)."""
+    """Seconds of one forward over k new positions after `prefix` tokens (fastest of `repeats`, in turns).
+    cached=False recomputes the prefix with them; tree=True passes an explicit mask among the new
+    positions, as tree verification does, and needs cached=True (else ValueError)."""
     if tree and not cached:
         raise ValueError("forward_latency: tree=True times a cached tree forward; it needs cached=True")
     if cached:
@@ -139,11 +126,8 @@ def forward_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, ca
 
 def exact_step_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200, repeats: int = 5,
                        seed: int = 0) -> dict[int, dict[str, float]]:
-    """Where one forward of the exact bfloat16 engine (lab/target/exact.py) over k new positions after
-    `prefix` cached tokens spends its time, as tree verification calls it (an explicit mask):
-    seconds per step ("products", "tree_attention", "add_norm", "rope_into_cache", "swiglu",
-    and "other": Python and torch's small operations) and "total", from the fastest of `repeats`
-    runs."""
+    """Seconds per step of the exact bfloat16 engine's tree-masked forward over k new positions after
+    `prefix` cached tokens (its steps, "other" and "total"), from the fastest of `repeats` runs."""
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     engine = ExactEngine(model)
@@ -167,10 +151,8 @@ def exact_step_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200,
 @torch.inference_mode()
 def batched_vs_incremental(model: torch.nn.Module, ids: list[int], start: int,
                            make_engine: Callable = engine_for) -> dict:
-    """Logits for positions start.. computed two ways by the same forward (`make_engine`):
-    one forward over the whole sequence, and one token at a time with the KV cache. Returns
-    whether they are bit-identical, the largest difference and how many positions have a top-2
-    gap smaller than 1e-3 (where the argmax could flip)."""
+    """Logits for positions start.. from one forward over the whole sequence and from one token at a time
+    with the KV cache: whether bit-identical, their differences, argmax flips and top-2 gaps below 1e-3."""
     full = make_engine(model).forward(ids).logits[start - 1: -1]
     engine = make_engine(model)
     engine.forward(ids[: start - 1])
@@ -186,9 +168,8 @@ def batched_vs_incremental(model: torch.nn.Module, ids: list[int], start: int,
 
 @torch.inference_mode()
 def draft_alpha(target: torch.nn.Module, draft: torch.nn.Module, sequences, sampling) -> float:
-    """Mean over response positions of alpha = sum_x min(p(x), q(x)), p the target's and q the
-    draft's distribution after the same temperature/top-k/top-p. `sequences` are (token ids,
-    prompt length) pairs, e.g. the held-out slice of the regenerated set."""
+    """Mean over response positions of alpha = sum_x min(p(x), q(x)), p and q the target's and draft's
+    distributions under `sampling`. `sequences` are (token ids, prompt length) pairs."""
     total, count = 0.0, 0
     for ids, prompt_len in sequences:
         x = torch.as_tensor(ids).reshape(1, -1)
@@ -203,12 +184,8 @@ def draft_alpha(target: torch.nn.Module, draft: torch.nn.Module, sequences, samp
 @torch.inference_mode()
 def batch_forward_latency(model: torch.nn.Module, batches: list[int], ns: list[int], prefix: int = 200,
                           repeats: int = 5, seed: int = 0) -> dict[tuple[int, int], float]:
-    """Seconds (fastest of `repeats`) of one transformers forward, LM head included, over
-    `batch` sequences at once, each with n new positions (a causal chain) after its own cached
-    prefix of `prefix` tokens: T(batch, n), what serving many users at once costs per step.
-    Keyed (batch, n). transformers' batched forward is used because the lab's exact engine
-    scores one sequence; the model's own dtype is kept (timing only: bit-exactness is no concern).
-    Every sequence has the same prefix length, so no padding or attention mask is needed."""
+    """T(batch, n), keyed (batch, n): seconds (fastest of `repeats`) of one transformers forward over
+    `batch` sequences, each with n new causal positions after its own cached `prefix` tokens."""
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     device = next(model.parameters()).device

@@ -1,12 +1,6 @@
-"""Options written once: a command's or a trainer's options are one dataclass, and its flags are
-generated from it.
-
-Each field is declared with `opt(default, "help")`: the field's name gives the flag (`max_new_tokens`
--> `--max-new-tokens`), its type annotation the parsing (`bool` is a switch, `int | None` an
-optional integer), its default the default, `choices` the allowed values and `positional` an
-argument without a dash. `add_options` puts every field on an argparse parser, `from_args` builds
-the dataclass back from what argparse parsed, and `asdict` of the instance is what a manifest
-records whole.
+"""Options written once: a command's or trainer's options are one dataclass of `opt(default, "help")`
+fields, whose names give the flags (`max_new_tokens` -> `--max-new-tokens`) and whose annotations the
+parsing (`bool` a switch). `add_options` makes the flags, `from_args` the dataclass back.
 """
 from __future__ import annotations
 

@@ -10,16 +10,12 @@ FIGURES_DIR = ROOT / "figures"
 KERNEL_BENCH_DIR = DATA_DIR / "kernel_bench"  # one file per GPU: python -m lab.kernels.bench
 NOTEBOOKS_DIR = ROOT / "notebooks"
 CACHE_DIR = Path(os.environ.get("LAB_CACHE", ROOT / ".cache"))  # big rebuildable caches, gitignored
-# The EAGLE-3 head that decoding, tuning and export use by default (data/eagle/NAME.safetensors):
-# trained on all 1.18M response tokens with the EAGLE-1 head's 115 training minutes
-# (`make run E=eagle3-full`), as the EAGLE-1 head was. `eagle3` is the earlier head on half of them
-# (`make run E=eagle3-heads`), kept for notebook 06's comparisons.
+# The EAGLE-3 head that decoding, tuning and export use by default (data/eagle/NAME.safetensors)
 EAGLE3_SHIPPED = "eagle3-full"
 
 
 def shipped_head(kind: str) -> str:
-    """The head file (data/eagle/NAME.safetensors) a head kind uses when none is named: an
-    EAGLE-1 kind's own name (eagle1, or notebook 04's variants), eagle3-full for eagle3."""
+    """The head file a kind uses when none is named: EAGLE3_SHIPPED for eagle3, else the kind itself."""
     return EAGLE3_SHIPPED if kind == "eagle3" else kind
 
 
@@ -29,16 +25,14 @@ def fast_mode() -> bool:
 
 
 def figure_path(name: str) -> Path:
-    """Where a notebook saves a figure: figures/ at full size; in fast mode a gitignored
-    folder, so a CI-sized run never overwrites the committed full-size figures."""
+    """Where a notebook saves a figure: figures/, or in fast mode a gitignored folder that spares them."""
     folder = CACHE_DIR / "figures-fast" if fast_mode() else FIGURES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     return folder / name
 
 
 def results_file(name: str, fast: bool | None = None) -> Path:
-    """Where a resumable command keeps its results: data/results/NAME at full size; in fast mode
-    (`fast`, else LAB_FAST) a gitignored file, so a CI-sized run never replaces the committed
-    results (as `figure_path` does for figures)."""
+    """Where a resumable command keeps its results: data/results/NAME, or in fast mode (`fast`, else
+    LAB_FAST) a gitignored file."""
     fast = fast_mode() if fast is None else fast
     return CACHE_DIR / "results-fast" / name if fast else DATA_DIR / "results" / name

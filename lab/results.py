@@ -100,8 +100,6 @@ def _bench_section(path: Path, result: dict) -> list[str]:
             lines.append(f"* `{name}`: {s['tree']}, depth {s['depth']}, top-k {_number(s['top_k']) or '-'}, "
                          f"{s['total_tokens']} tokens, head `{head_file(result, name)}`")
     lines += ([""] if lines[-1] else []) + [format_table(result), ""]
-    if "profile" in result:
-        lines += ["Top entries by own time (cProfile):", "", *_profile_table(result), ""]
     return lines
 
 
@@ -171,12 +169,6 @@ def render_notebook_times() -> str:
     times = ", ".join(f"`{name.split('_')[0]}` {_minutes(entries[name]['seconds'])}" for name in sorted(entries))
     return (f"Full-size run times (`make figures` on {'; '.join(cpus)}; details in "
             f"[RESULTS.md](RESULTS.md#notebooks-at-full-size)): {times}.")
-
-
-def _profile_table(result: dict, top: int = 5) -> list[str]:
-    lines = ["| function | calls | own s | cumulative s |", "|---|---|---|---|"]
-    return lines + [f"| `{e['function']}` | {e['calls']} | {e['own_seconds']:.2f} | {e['cumulative_seconds']:.2f} |"
-                    for e in result["profile"][:top]]
 
 
 def _machine(result: dict) -> str:

@@ -1,9 +1,6 @@
-"""Turning logits into the distribution we sample from.
-
-The same function is applied to the target's logits (p) and the draft's logits (q):
-applying temperature, top-k or top-p to one but not the other is a classic way to make
-speculative sampling silently lossy.
-"""
+"""Turning logits into the distribution we sample from. The same function turns the target's logits
+(p) and the draft's (q): temperature, top-k or top-p applied to one but not the other silently makes
+speculative sampling lossy."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,8 +20,8 @@ class Sampling:
 
 
 def probabilities(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
-    """Rows of logits [..., V] -> rows of probabilities after temperature, top-k and top-p.
-    Greedy sampling gives the one-hot distribution of the argmax."""
+    """Logits [..., V] -> probabilities after temperature, top-k and top-p (greedy: the argmax's
+    one-hot row). Raises ValueError on a NaN."""
     logits = logits.float()
     if torch.isnan(logits).any():
         raise ValueError("NaN in logits: the model produced an invalid row; check its dtype and inputs")
@@ -46,10 +43,8 @@ def probabilities(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
 
 
 class RandomStream:
-    """Every random number a decoding run uses, from one seeded generator.
-
-    Verification takes its randomness as explicit tensors (uniforms, exponential noise) so a
-    kernel can reproduce it bit for bit; this class is where those tensors come from."""
+    """Every random number a decoding run uses, from one seeded generator. Verification takes its
+    randomness as explicit tensors (uniforms, Exp(1) noise), so a kernel reproduces it bit for bit."""
 
     def __init__(self, seed: int):
         self.generator = torch.Generator().manual_seed(seed)

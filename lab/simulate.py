@@ -1,8 +1,6 @@
-"""Monte Carlo of one verification cycle on small synthetic distributions.
-
-Context-free rows make the theory easy to check: drafts are sampled from q's rows, the target
-distribution at draft position i is p[i] whatever came before, so the first emitted token
-must follow p[0] exactly, and so on."""
+"""Monte Carlo of one verification cycle on small synthetic distributions. The rows are
+context-free (the target's distribution at draft position i is p[i] whatever came before), so the
+first emitted token must follow p[0] exactly: the theory is easy to check."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 
-# Leviathan et al. (2023), Table 1: speed-up at c = 0 for (alpha, gamma), the paper's values
-# (notebook 02 and tests/test_theory.py compare the formula against them)
+# Leviathan et al. (2023), Table 1: the paper's speed-ups at c = 0 for (alpha, gamma)
 PAPER_TABLE_1 = {(0.8, 5): 3.69, (0.9, 10): 6.86}
 
 
@@ -22,11 +21,9 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 
 
 def walltime_improvement(alpha: float, gamma: int, c: float, verify: float = 1.0) -> float:
-    """Speed-up over AR when one draft call costs c target calls:
-    (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + verify)). `verify` is the cost of the
-    target's forward over gamma + 1 positions in one-position forwards, T(gamma+1) / T(1):
-    Leviathan et al. assume 1 (positions scored in parallel are free), which notebook 01
-    shows a CPU does not give."""
+    """Speed-up over AR when a draft call costs c target calls: (1 - alpha^(gamma+1)) / ((1 - alpha)
+    (gamma c + verify)), with `verify` = T(gamma+1) / T(1) the cost of scoring gamma + 1 positions in
+    one-position forwards (Leviathan et al. assume 1: positions scored in parallel are free)."""
     return expected_tokens(alpha, gamma) / (gamma * c + verify)
 
 
@@ -38,8 +35,7 @@ def optimal_gamma(alpha: float, c: float, max_gamma: int = 32, verify=None) -> i
 
 
 def operations_factor(alpha: float, gamma: int, c_hat: float) -> float:
-    """Leviathan et al., Theorem 3.11: the expected factor by which speculative decoding
-    multiplies the total arithmetic, when one draft step does c_hat of a target step's
-    operations: (1 - alpha)(gamma c_hat + gamma + 1) / (1 - alpha^(gamma+1)). Above 1:
-    speculation trades extra arithmetic (rejected drafts are scored too) for fewer serial steps."""
+    """Leviathan et al., Theorem 3.11: the expected factor on total arithmetic when a draft step does
+    c_hat of a target step's operations, (1 - alpha)(gamma c_hat + gamma + 1) / (1 - alpha^(gamma+1)).
+    Above 1, speculation pays arithmetic (rejected drafts are scored too) for fewer serial steps."""
     return (gamma * c_hat + gamma + 1) / expected_tokens(alpha, gamma)

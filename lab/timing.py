@@ -1,6 +1,5 @@
-"""The one way the lab times code outside the kernels: seconds accumulated by name around calls
-(`Seconds`), a clock that waits for a GPU's queued work (`clock`), and the fastest of repeated
-runs taken in turns (`fastest`)."""
+"""The one way the lab times code outside the kernels: seconds by name (`Seconds`), a clock that waits
+for a GPU's queued work (`clock`), and the fastest of repeated runs taken in turns (`fastest`)."""
 from __future__ import annotations
 
 import time
@@ -26,18 +25,15 @@ class Seconds(dict):
 
 
 def clock(device: torch.device | str | None = None) -> float:
-    """time.perf_counter(), after the GPU's queued work has finished when `device` is a GPU (its
-    work is asynchronous, so a clock read without waiting measures only the launch)."""
+    """time.perf_counter(), after waiting for the queued work when `device` is a GPU (it runs async)."""
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter()
 
 
 def fastest(steps: dict[Hashable, Callable[[], Any]], repeats: int, warmup: int = 3) -> dict[Hashable, float]:
-    """The fastest of `repeats` runs of each step (the run least disturbed by whatever else the
-    machine does), after `warmup` untimed runs (first calls pay for allocation and thread
-    start-up). The steps run in turns, one run of each per round, so that a shared machine's
-    drift over the minutes this takes reaches every step alike."""
+    """The fastest of `repeats` runs of each step (the least disturbed), after `warmup` untimed runs.
+    The steps run in turns, one run of each per round, so that a machine's drift reaches all alike."""
     for step in steps.values():
         for _ in range(warmup):
             step()

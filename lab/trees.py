@@ -1,9 +1,7 @@
-"""Draft trees: the data structure, EAGLE-2's dynamic construction, masks and positions.
-
-Node 0 is the root: the last committed token, whose target distribution the first layer of
-drafts is checked against. Nodes are stored parents first, so a node's index is always larger
-than its parent's, and the tree can be fed to the target in one forward with an ancestor mask.
-"""
+"""Draft trees: the data structure, EAGLE-2's dynamic construction, masks and positions. Node 0 is
+the root, the last committed token, whose target distribution checks the first layer of drafts.
+Nodes are stored parents first (a node's index exceeds its parent's), so that a tree can be fed to
+the target in one forward with an ancestor mask."""
 from __future__ import annotations
 
 import math
@@ -19,8 +17,7 @@ class DraftTree:
     parents: list[int]
     values: list[float] = field(default_factory=list)   # path value: summed draft log-probabilities
     confidences: list[float] = field(default_factory=list)  # the draft's probability of each node
-    # nodes [0, candidates) may be accepted; the rest are scored but never committed (Lookahead's
-    # Jacobi window); None: every node is a candidate
+    # nodes [0, candidates) may be accepted, the rest are only scored (Lookahead's window); None: all
     candidates: int | None = None
 
     def __len__(self) -> int:
@@ -34,8 +31,7 @@ class DraftTree:
 
     def ancestor_mask(self) -> torch.Tensor:
         """bool [N, N]: node i may attend to node j iff j is i or one of its ancestors."""
-        # rows built as Python lists and turned into a tensor once: a tensor operation per node
-        # cost more than the rest of the mask, once per decoding cycle
+        # Python lists made a tensor once: a tensor operation per node costs more than the whole mask
         rows: list[list[bool]] = []
         for i, parent in enumerate(self.parents):
             row = list(rows[parent]) if parent >= 0 else [False] * len(self)
@@ -48,8 +44,7 @@ class DraftTree:
         return root_position + torch.tensor(self.depths())
 
     def follow(self, tokens: list[int]) -> list[int]:
-        """The root and the nodes reached by walking down the tree along `tokens` (greedy
-        verification against a known continuation: the walk stops at the first miss)."""
+        """The root and the nodes reached walking down along `tokens`, stopping at the first miss."""
         path = [0]
         for token in tokens:
             child = next((i for i, p in enumerate(self.parents) if p == path[-1] and self.tokens[i] == token), None)
@@ -66,28 +61,23 @@ class DraftTree:
         return path[::-1]
 
 
-# (tree, frontier nodes, k) -> (log-probs, token ids), both [F, k]: each frontier node's k most
-# likely children, best first. Only the top few are ever needed, and a drafter over a reduced
-# vocabulary then never has to spread its log-probs over all 49,152 tokens.
+# (tree, frontier nodes, k) -> (log-probs, token ids), both [F, k]: each frontier node's k most likely
+# children, best first (ids, not columns, so that a drafter may score a reduced vocabulary)
 Expand = Callable[[DraftTree, list[int], int], tuple[torch.Tensor, torch.Tensor]]
 
 
 def top_children(logp: torch.Tensor, k: int, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k best columns of each row of `logp` [F, V] as (log-probs, token ids); `ids` [V]
-    names the columns' tokens when they are a subset of the vocabulary."""
+    """The k best columns of each row of `logp` [F, V] as (log-probs, token ids); `ids` [V] names
+    the columns' tokens when they are a subset of the vocabulary."""
     top = torch.topk(logp, k, dim=-1)
     return top.values, (top.indices if ids is None else ids[top.indices])
 
 
 def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_tokens: int) -> DraftTree:
-    """EAGLE-2's dynamic draft tree.
-
-    Expansion: at each depth the `top_k` newest nodes with the highest path value (sum of draft
-    log-probabilities, never a product of probabilities, which underflows) each get their
-    `top_k` most likely children. Reranking: of all drafted nodes keep the `total_tokens - 1`
-    best by value (ties to the earlier node). A child's value never exceeds its parent's, so
-    the kept set is a connected tree; it keeps the parents-first order.
-    """
+    """EAGLE-2's dynamic draft tree: at each of `depth` depths the `top_k` newest nodes of highest
+    path value (summed draft log-probabilities; a product of probabilities underflows) each get their
+    `top_k` most likely children; then `rerank` keeps at most `total_tokens` nodes, which form a
+    connected tree because a child's value never exceeds its parent's."""
     tree = DraftTree([root_token], [-1], [0.0], [1.0])
     frontier = [0]
     for _ in range(depth):
@@ -105,7 +95,7 @@ def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_
 
 
 def rerank(tree: DraftTree, total_tokens: int) -> DraftTree:
-    """Keep the root and the best `total_tokens - 1` nodes by value, in parents-first order."""
+    """The root and the best `total_tokens - 1` nodes by value (ties: the earlier), parents first."""
     best = sorted(range(1, len(tree)), key=lambda i: (-tree.values[i], i))[: max(total_tokens - 1, 0)]
     keep = [0] + sorted(best)
     new_index = {old: new for new, old in enumerate(keep)}

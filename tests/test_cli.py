@@ -1,16 +1,38 @@
-"""Command-line smoke tests on the tiny target, and one-line errors."""
+"""Command-line smoke tests on the tiny target, and one-line errors. Commands run in this process
+(lab.cli.main, as `python -m lab` runs it, sys.argv included), so torch is imported once; the first
+test also runs `python -m lab` as its own process, the way a user starts it."""
+import contextlib
+import io
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
+
+from lab.cli import main
 
 
-def lab(*args):
+def lab(*args: str) -> SimpleNamespace:
+    """`python -m lab ARGS`, in this process: its exit code, standard output and standard error."""
+    out, err, argv = io.StringIO(), io.StringIO(), sys.argv
+    sys.argv = ["lab/__main__.py", *args]  # what command_line() records, as under `python -m lab`
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:  # argparse's errors and --help
+                code = exit_.code
+    finally:
+        sys.argv = argv
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def lab_process(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, timeout=600)
 
 
 def test_bench_smoke_json_schema(tmp_path):
     out = tmp_path / "b.json"
-    r = lab("bench", "--target", "tiny", "--methods", "ar,sd,sd-tree,hf,hf-assisted,hf-pld", "--limit", "2",
+    r = lab_process("bench", "--target", "tiny", "--methods", "ar,sd,sd-tree,hf,hf-assisted,hf-pld", "--limit", "2",
             "--max-new-tokens", "8", "--json", str(out))
     assert r.returncode == 0, r.stderr
     assert "| ar |" in r.stdout

@@ -40,7 +40,7 @@ def test_sd_equals_ar_tiny(tiny, tokenizer):
 
 @pytest.mark.slow
 def test_sd_equals_ar_real(target, tokenizer, real_ar):
-    assert_sd_equals_ar(target, load_draft(target, 1), tokenizer, real_ar(20, 32), 32)
+    assert_sd_equals_ar(target, load_draft(target, 1), tokenizer, real_ar(8, 32), 32)
 
 
 def test_eos_inside_an_accepted_block(target, tokenizer):

@@ -2,20 +2,15 @@
 experiment that lists it or by the command recorded inside it, and that command writes that very
 file; a step whose file exists is skipped; unknown names are one-line errors."""
 import json
-import subprocess
-import sys
 
 import pytest
 
+from lab.cli import main
 from lab.errors import LabError
 from lab.experiments import EXPERIMENTS, Experiment, Step, experiment_of, recorded_command, run
 from lab.paths import ROOT
 
 RESULTS = sorted((ROOT / "data" / "results").glob("*.json"))
-
-
-def lab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
@@ -31,13 +26,16 @@ def test_every_result_file_reruns_by_its_experiment_or_its_recorded_command(path
         assert f"--json {relative}" in command, f"{relative} records a command that writes another file"
 
 
-def test_the_command_line_lists_and_dry_runs():
-    listed = lab("run", "--list")
-    assert listed.returncode == 0 and all(name in listed.stdout for name in EXPERIMENTS)
-    dry = lab("run", "--rerun", "data/results/bench_eagle_tree24.json", "--dry-run")
-    assert dry.returncode == 0 and "--json data/results/bench_eagle_tree24.json" in dry.stdout
-    bad = lab("run", "no-such-experiment")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--list" in bad.stderr
+def test_the_command_line_lists_and_dry_runs(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["run", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in EXPERIMENTS)
+    assert main(["run", "--rerun", "data/results/bench_eagle_tree24.json", "--dry-run"]) == 0
+    assert "--json data/results/bench_eagle_tree24.json" in capsys.readouterr().out
+    assert main(["run", "no-such-experiment"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--list" in err
 
 
 def test_a_step_whose_file_exists_is_skipped_and_force_redoes_it(monkeypatch, tmp_path):

@@ -130,6 +130,6 @@ def test_lookahead_keeps_the_target_distribution_and_a_broken_rule_fails(monkeyp
 def test_lookahead_equals_ar_real(target, tokenizer, real_ar):
     """On the real target at T = 0 Lookahead reproduces AR token for token."""
     engine = Engine(target)
-    for prompt, ar in real_ar(10, 24):
+    for prompt, ar in real_ar(6, 24):
         out = decode(engine, Lookahead(4, 4, 3), prompt, 24, Sampling(), 3, 0, tokenizer.eos_token_id)
         assert out.tokens == ar

@@ -51,7 +51,7 @@ def test_the_drafter_proposes_a_chain_or_a_tree_and_nothing_without_a_match():
 def test_prompt_lookup_equals_ar_real(target, tokenizer, real_ar, candidates):
     """On the real target at T = 0 both forms reproduce AR token for token, and accept drafts."""
     engine, accepted = Engine(target), 0
-    for prompt, ar in real_ar(10, 24):
+    for prompt, ar in real_ar(6, 24):
         out = decode(engine, PromptLookup(candidates), prompt, 24, Sampling(), 4, 0, tokenizer.eos_token_id)
         assert out.tokens == ar
         accepted += sum(out.accepted_per_cycle)

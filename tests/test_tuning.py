@@ -65,11 +65,11 @@ def test_this_machines_tuning_is_used_shipped_or_cached(tunings):
 
 def test_a_tuning_of_an_earlier_head_is_not_used(tunings, monkeypatch):
     tunings(choice.choice_path(), cpu_fingerprint())
-    monkeypatch.setattr(choice, "head_manifest_sha", lambda head: "the retrained head")
+    monkeypatch.setattr(choice, "head_weights_sha", lambda head: "the retrained head")
     path = choice.choice_path()
-    path.write_text(json.dumps({**json.loads(path.read_text()), "head_manifest_sha": "the first head"}))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "head_weights_sha": "the first head"}))
     tree = tree_for_machine("float32", "eagle1", "eagle1", None)
-    assert tree.total_tokens == choice.CONSERVATIVE[2] and "manifest changed" in tree.source
+    assert tree.total_tokens == choice.CONSERVATIVE[2] and "weights changed" in tree.source
 
 
 def test_a_missing_tuning_is_made_where_tuning_is_allowed(tunings, monkeypatch):

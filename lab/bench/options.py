@@ -87,8 +87,6 @@ class BenchOptions(DecodeOptions):
     limit: int = opt(10, "the dataset's first N prompts", parse=positive)
     json: str | None = opt(None, "write the full results here")
     figure: str | None = opt(None, "write a speed/tau figure here (PNG)")
-    profile: int = opt(0, "also profile the run (cProfile): print its top N entries by own time, keep them in "
-                          "the JSON", metavar="N")
     breakdown: bool = opt(False, "also print where each cycle's time goes (ms: drafting, the target's forward, "
                                  "acceptance and cache update, commit, the loop's own) beside the bandwidth floor "
                                  "(the target's weights at this machine's measured read bandwidth)")

@@ -7,8 +7,6 @@ of the `hf*` methods are counted with a forward hook.
 """
 from __future__ import annotations
 
-import cProfile
-import pstats
 from pathlib import Path
 from typing import Callable
 
@@ -134,17 +132,3 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
     return result
 
 
-def profiled(top: int, run: Callable[..., dict], *args) -> dict:
-    """`run(*args)` (run_bench) under cProfile: prints the `top` entries by own time and keeps
-    them in the result (`profile`), rewriting its JSON if it wrote one (args[-1])."""
-    profiler = cProfile.Profile()
-    result = profiler.runcall(run, *args)
-    stats = pstats.Stats(profiler).sort_stats("tottime")
-    stats.print_stats(top)
-    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
-    result["profile"] = [{"function": f"{Path(file).name}:{line}({name})" if line else name, "calls": calls,
-                          "own_seconds": round(own, 3), "cumulative_seconds": round(cum, 3)}
-                         for (file, line, name), (_, calls, own, cum, _) in rows]
-    if args[-1]:
-        write_json(Path(args[-1]), result)
-    return result

@@ -1,8 +1,6 @@
-"""`tune`: the tree with the best predicted speed-up (or AR, where none pays), measured and written
-to a choice file per head and dtype that records the CPU's fingerprint; `tree_for_machine`, which
-uses a tuning only on the machine it was made for (else tunes quickly, or falls back, and says
-which); the readers of those files (`load_choice`, `given_tree`, `choice_row`,
-`tuned_cycle_costs`); and Medusa's tree sized from such a file's T(n) (`medusa_tree`)."""
+"""Tree tuning: `tune` writes the tree with the best predicted speed-up (or AR, where none pays) to a
+choice file per head and dtype that records the CPU's fingerprint; `tree_for_machine` uses a tuning
+only on the machine it was made for; the readers of those files; and Medusa's tree (`medusa_tree`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -31,27 +29,22 @@ from .tau import DEPTHS, SIZES, TOP_KS, Continuation, draft_positions, greedy_co
 
 CHOICE_PATH = DATA_DIR / "eagle" / "tree_choice.json"
 WALKED = 5  # the best trees by the uniform-position tau that tuning scores again by walking
-# `tune tree --quick`: a smaller grid on fewer, shorter continuations, about a minute on 2 cores
 QUICK = {"prompts": 6, "max_new_tokens": 48, "positions": 48, "depths": (2, 3, 4), "top_ks": (1, 2, 4),
          "sizes": (2, 3, 4, 6, 8, 12, 16), "walked": 3}
-# A tree is chosen only if predicted at least this much faster than AR; else the choice is AR. The
-# tuner's predictions have missed the bench by more than 5% (docs/findings.md, "Trees and the cost
-# model"), so a tree predicted at 1.00x is as likely to lose as to win.
+# a tree must be predicted this much faster than AR: predictions miss the bench by a few percent
 PAYS = 1.05
 CONSERVATIVE = (2, 1, 3)  # where no tuning for the machine exists: a chain of two drafts, cheap to verify
 DRAFT_VOCAB = 8192  # an EAGLE-1 head drafts over this many most frequent training tokens by default
 
 
 def draft_vocab_of(kind: str) -> int:
-    """The draft vocabulary a head of `kind` tunes and drafts with by default: 0 (its own) for an
-    EAGLE-3 head, DRAFT_VOCAB for an EAGLE-1 one."""
+    """The default draft vocabulary of a head of `kind`: 0 (its own) for eagle3, else DRAFT_VOCAB."""
     return 0 if kind == "eagle3" else DRAFT_VOCAB
 
 
 @dataclass
 class TreeChoice:
-    """A tree (depth, top-k, total tokens) and what tuning predicted for it and for the static
-    tree of its depth and size (None where tuning did not measure that tree)."""
+    """A tree (depth, top-k, total tokens) and tuning's predictions for it and the same-size static tree."""
     depth: int
     top_k: int
     total_tokens: int
@@ -72,23 +65,16 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
          prefix: int = 300, path: Path | None = None, seed: int = 0, rank_accuracy: list[float] | None = None,
          depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0, head_name: str | None = None,
          walked: int = WALKED) -> dict:
-    """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted
-    speed-up, or AR (a tree of the root alone) where no tree is predicted to beat it; write
-    everything (and the static tree's figures at the same budget) to `path`
-    (`python -m lab tune tree` passes `choice_path(dtype, name)`; None writes nothing).
-    `head_name` is the head's file under data/eagle (default: its kind's shipped one): its
-    manifest gives the per-rank accuracy that shapes the static tree."""
+    """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted speed-up, or AR
+    where none pays (PAYS). Returns everything (the static tree's figures at the same budget too) and
+    writes it to `path` unless None. `head_name`: the head's file (default: its kind's shipped one)."""
     if prompts is None:
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
-    # The machine drifts over minutes (docs/findings.md), so the timings the prediction divides
-    # are taken interleaved: three rounds, each a third of the AR continuations, then T(n) over
-    # all sizes with a tree mask and AR's own unmasked T(1), in turns within the round. Each T
-    # is the fastest of its rounds; prefill and the loop's own time come from the continuations'
-    # decodings.
+    # Interleaved against drift: each of three rounds decodes a third of the AR continuations, then times
+    # T(n) (tree mask) and AR's unmasked T(1) in turns. Each T is the fastest of its rounds.
     seqs, rounds, ar_forwards = [], [], []
     for r in range(3):
         seqs += greedy_continuations(target, tokenizer, prompts[r::3], max_new_tokens, head.feature_layers)
-        # AR's unmasked T(1) in turns with the tree sizes: the prediction divides one by the other
         table = latency_table(target, [(n, True) for n in [1, *sizes]] + [(1, False)], prefix=prefix, repeats=5)
         rounds.append({n: table[(n, True)] for n in [1, *sizes]})
         ar_forwards.append(table[(1, False)])
@@ -98,7 +84,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     latency = monotone(measured)
     new_tokens = sum(len(c.ids) - c.prompt_len for c in seqs)
     ar_per_token = sum(c.seconds for c in seqs) / new_tokens  # what bench measures for AR, kept for comparison
-    ar_forward = min(ar_forwards)  # AR's forward takes no mask
+    ar_forward = min(ar_forwards)
     prefill = sum(c.prefill_seconds for c in seqs) / new_tokens
     loop = sum(c.seconds - c.prefill_seconds - c.forward_seconds for c in seqs) / new_tokens  # AR: a cycle per token
     picks = draft_positions(seqs, positions, seed)
@@ -132,7 +118,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     coverage = 1.0 if drafted is None else float(torch.isin(responses, drafted).float().mean())
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
               "head": head_name or shipped_head(head.variant),
-              "head_manifest_sha": head_manifest_sha(head_name or shipped_head(head.variant)),
+              "head_weights_sha": head_weights_sha(head_name or shipped_head(head.variant)),
               "dtype": dtype_name(target.dtype),
               "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
@@ -140,7 +126,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
               "target_latency_seconds_measured": {str(k): v for k, v in measured.items()},
               "target_latency_rounds": len(rounds),
               "target_latency_spread": {str(k): round(v, 4) for k, v in spread(rounds).items()},
-              "target_latency_seconds": {str(k): v for k, v in latency.items()},  # monotone(measured)
+              "target_latency_seconds": {str(k): v for k, v in latency.items()},
               "ar_forward_seconds": ar_forward, "loop_seconds": loop, "prefill_seconds_per_token": prefill,
               "commit_seconds": commit, "commit_seconds_repeated": first["commit_seconds_repeated"],
               "ar_seconds_per_token": ar_per_token,
@@ -157,14 +143,12 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
 
 
 def tree_or_ar(best: TreeChoice) -> TreeChoice:
-    """The tuner's best tree if it is predicted to pay (PAYS), else AR: the root alone, whose
-    predicted speed-up is 1 by definition."""
+    """The tuner's best tree if it is predicted to pay (PAYS), else AR (the root alone, speed-up 1)."""
     return best if best.predicted_speedup >= PAYS else TreeChoice(0, 0, 1, 1.0, 1.0, draft_vocab=best.draft_vocab)
 
 
 def _walk(row: dict, drafter: EagleDraft, seqs: list[Continuation], costs: tuple) -> None:
-    """Add a tuning row's walked tau and the speed-up predicted from it beside its
-    uniform-position figures (`tau`, `predicted_speedup`, which every row has)."""
+    """Add a tuning row's walked tau and the speed-up predicted from it beside its uniform-root ones."""
     row["walked_tau"] = walk_tau(drafter, seqs, row["depth"])
     row["walked_predicted_speedup"] = predicted_speedup({**row, "tau": row["walked_tau"]}, *costs)
 
@@ -175,8 +159,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def choice_path(dtype: str = "float32", head: str = "eagle1") -> Path:
-    """Where `tune` keeps its choice for a head with the target in `dtype` (each dtype has its
-    own T(n), each head its own acceptance)."""
+    """Where `tune` keeps its choice for a head and target dtype (each has its own acceptance or T(n))."""
     parts = [p for p in (None if head == "eagle1" else head, None if dtype == "float32" else dtype) if p]
     return CHOICE_PATH.with_name("_".join(["tree_choice", *parts]) + ".json")
 
@@ -190,8 +173,8 @@ def _tune_command(head: str, kind: str | None, dtype: str) -> str:
 
 def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "eagle1",
                 kind: str | None = None) -> TreeChoice:
-    """The tuned tree of the head file `head` (of `kind` eagle1 or eagle3: default, the same
-    name); it is only valid for the dtype whose T(n) the tuning measured."""
+    """The tuned tree of the head file `head` (of `kind` eagle1 or eagle3; default the same name).
+    Raises LabError if the choice file is missing or was tuned with the target in another dtype."""
     path = path or choice_path(dtype, head)
     if not path.exists():
         raise LabError(f"no tuned tree at {path}: run `{_tune_command(head, kind, dtype)}` (a few minutes) "
@@ -204,8 +187,7 @@ def load_choice(path: Path | None = None, dtype: str = "float32", head: str = "e
 
 
 def tuning_cache_path(dtype: str, head: str, fingerprint: dict | None = None) -> Path:
-    """Where `python -m lab tune tree --quick` keeps a head's tuning for one machine (a cache: not
-    shipped, rebuilt in about a minute)."""
+    """Where `python -m lab tune tree --quick` keeps a head's tuning for one machine (not shipped)."""
     return CACHE_DIR / "tuning" / fingerprint_id(fingerprint or cpu_fingerprint()) / choice_path(dtype, head).name
 
 
@@ -216,30 +198,29 @@ def _made_on(tuned: dict) -> str:
 
 
 def machine_tuning(dtype: str, head: str) -> tuple[Path | None, str]:
-    """The tuning of the head file `head` with the target in `dtype` made on a machine with this
-    one's fingerprint: the shipped choice file, else the quick tuning cached for this machine.
-    (None, the reason in words) where there is neither."""
-    here, head_sha = cpu_fingerprint(), head_manifest_sha(head)
+    """(path, "") of the tuning of `head` in `dtype` made on this machine for the head's current
+    manifest: the shipped choice file, else the cached quick tuning; (None, the reason) where neither."""
+    here, head_sha = cpu_fingerprint(), head_weights_sha(head)
     shipped = choice_path(dtype, head)
     read = {path: json.loads(path.read_text()) for path in (shipped, tuning_cache_path(dtype, head, here))
             if path.exists()}
     for path, tuned in read.items():
         if (tuned["dtype"] == dtype and tuned.get("machine", {}).get("fingerprint") == here
-                and tuned.get("head_manifest_sha", head_sha) == head_sha):
+                and tuned.get("head_weights_sha", head_sha) == head_sha):
             return path, ""
     if shipped not in read:
         why = f"{repo_path(shipped)} does not exist"
-    elif read[shipped].get("head_manifest_sha", head_sha) != head_sha:
-        why = f"{repo_path(shipped)} tuned an earlier {head} (its manifest changed since)"
+    elif read[shipped].get("head_weights_sha", head_sha) != head_sha:
+        why = f"{repo_path(shipped)} tuned an earlier {head} (its weights changed since)"
     else:
         why = f"{repo_path(shipped)} was tuned on {_made_on(read[shipped])}"
     return None, f"no {dtype} tuning of {head} for this machine ({fingerprint_id(here)}; {why})"
 
 
-def head_manifest_sha(head: str) -> str | None:
-    """A short hash of the head's manifest, which changes whenever the head is trained again: a
-    tuning records it, so a retrained head is tuned again."""
-    path = DATA_DIR / "eagle" / f"{head}.json"
+def head_weights_sha(head: str) -> str | None:
+    """A short hash of the head's weights (None without them): a retrained head is tuned again, while
+    an evaluation written into its manifest leaves its tunings standing."""
+    path = DATA_DIR / "eagle" / f"{head}.safetensors"
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else None
 
 
@@ -249,10 +230,9 @@ def may_tune() -> bool:
 
 
 def tree_for_machine(dtype: str, head: str, kind: str, quick_tune: Callable[[Path], dict] | None) -> TreeChoice:
-    """The tree of the head file `head` (of `kind` eagle1 or eagle3) on this machine, never another
-    machine's tuning: this machine's own (`machine_tuning`); else, where `quick_tune` is given and
-    `may_tune()`, `quick_tune(path)` tunes now into the cache; else the chain CONSERVATIVE. The
-    choice's `source` says which, in one line with the fingerprint."""
+    """The tree of the head file `head` (of `kind` eagle1 or eagle3), never from another machine's
+    tuning: this machine's (`machine_tuning`); else `quick_tune(path)` into the cache where given and
+    `may_tune()`; else the chain CONSERVATIVE. The choice's `source` says which, in one line."""
     path, why = machine_tuning(dtype, head)
     if path is None and quick_tune is not None and may_tune():
         path = tuning_cache_path(dtype, head)
@@ -273,7 +253,7 @@ def tree_for_machine(dtype: str, head: str, kind: str, quick_tune: Callable[[Pat
 
 
 def quick_tune(target, tokenizer, head: EagleHead | Eagle3Head, head_name: str, path: Path | None) -> dict:
-    """`tune` on the QUICK grid: about a minute on 2 cores, for a machine without its own tuning."""
+    """`tune` on the QUICK grid, for a machine without its own tuning."""
     q = QUICK
     return tune(target, tokenizer, head, prompts=mt_bench()[10:10 + q["prompts"]], max_new_tokens=q["max_new_tokens"],
                 positions=q["positions"], path=path, depths=q["depths"], top_ks=q["top_ks"], sizes=q["sizes"],
@@ -282,12 +262,9 @@ def quick_tune(target, tokenizer, head: EagleHead | Eagle3Head, head_name: str, 
 
 def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,
                dtype: str = "float32", head: str = "eagle1", kind: str | None = None) -> TreeChoice:
-    """A tree the user chose, drafting over the tuned draft vocabulary (8,192 tokens without a
-    tuning; an EAGLE-3 head over its own), with the tuner's predictions for it where the tuning
-    `path` (default: this machine's, `machine_tuning`) measured that tree with the target in the
-    same dtype (another machine or dtype has another T(n), so no prediction); the walked figures
-    where tuning walked that tree, the (optimistic) uniform-root ones otherwise. `head` names the
-    head file whose tuning applies, `kind` (eagle1 or eagle3) what it is: by default the same."""
+    """A tree the user chose, drafting over the tuned draft vocabulary, with the predictions of the tuning
+    `path` (default: this machine's) where it measured that tree in `dtype`, else None: walked figures
+    where tuning walked it, the optimistic uniform-root ones otherwise."""
     vocab = draft_vocab_of(kind or head)
     if path is None:
         shipped = choice_path(dtype, head)
@@ -301,15 +278,14 @@ def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = No
         return TreeChoice(depth, top_k, total_tokens, None, None, draft_vocab=tuned["choice"]["draft_vocab"])
     same = [r for r in tuned["dynamic"] if (r["depth"], r["top_k"], r["total_tokens"]) == (depth, top_k, total_tokens)]
     static = [r for r in tuned["static"] if (r["depth"], r["total_tokens"]) == (depth, total_tokens)]
-    def pick(rows: list[dict], key: str) -> float | None:  # the walked figure where tuning walked that tree
+    def pick(rows: list[dict], key: str) -> float | None:
         return round(rows[0].get(f"walked_{key}", rows[0][key]), 4) if rows else None
     return TreeChoice(depth, top_k, total_tokens, pick(same, "tau"), pick(same, "predicted_speedup"),
                       pick(static, "tau"), pick(static, "predicted_speedup"), tuned["choice"]["draft_vocab"])
 
 
 def choice_row(tuned: dict) -> dict:
-    """The grid row of a `tune` result's chosen tree (its uniform-root and walked figures); empty
-    where the tuning chose AR, which is not in the grid."""
+    """The grid row of a `tune` result's chosen tree; empty where it chose AR, which is not in the grid."""
     c = tuned["choice"]
     if c["total_tokens"] == 1:
         return {}
@@ -318,8 +294,7 @@ def choice_row(tuned: dict) -> dict:
 
 
 def tuned_cycle_costs(path: Path) -> dict:
-    """From a `tune` file: the chosen tree's size and what one drafting cycle cost on the
-    tuning machine at batch 1 (drafting the tree plus committing the accepted features)."""
+    """From a `tune` file: the chosen tree's size and its drafting and commit seconds at batch 1."""
     tuned = json.loads(path.read_text())
     c, row = tuned["choice"], choice_row(tuned)
     return {"total_tokens": c["total_tokens"], "draft_seconds": row.get("draft_seconds", 0.0),
@@ -328,12 +303,9 @@ def tuned_cycle_costs(path: Path) -> dict:
 
 def medusa_tree(accuracy: list[list[float]], tuned_path: Path, draft_seconds: float
                 ) -> tuple[list[tuple[int, ...]], dict]:
-    """Medusa's static tree, sized by the cost model: at every size n whose T(n) the tuning file
-    `tuned_path` measured (this machine and dtype), the n - 1 best rank paths (`static_shape`),
-    their predicted tau = 1 + the sum of the paths' values (a path's value, the product of its
-    ranks' accuracies `accuracy[head][rank]`, is the chance the whole path is accepted when the
-    heads err independently; at most one node per depth can be), and the predicted speed-up
-    with T(n) and `draft_seconds` per cycle. Returns the best size's paths and its figures."""
+    """Medusa's static tree sized by the cost model: the n - 1 best rank paths (`static_shape`) for the n
+    of `tuned_path` whose predicted speed-up is best, tau being 1 + the sum of the paths' products of
+    accuracies `accuracy[head][rank]` (heads assumed to err independently). Returns paths and figures."""
     tuned = json.loads(tuned_path.read_text())
     latency = {int(n): seconds for n, seconds in tuned["target_latency_seconds"].items()}
     rows = []

@@ -1,6 +1,5 @@
-"""The cost side of the tree's predicted speed-up: the T(n) rounds (kept only when they agree)
-and the curve made from them, the verification pass a commit is timed after, and the speed-up
-predicted for one tree, for one sequence or a batch (the formula is in lab/costmodel/__init__.py)."""
+"""The cost side of the predicted speed-up (formula in lab/costmodel/__init__.py): the T(n) rounds
+and curve, the verification pass a commit is timed after, the speed-up for one sequence or a batch."""
 from __future__ import annotations
 
 from typing import Callable
@@ -10,16 +9,14 @@ from ..measure import cropped_forwards
 
 
 def verification_pass(target, prefix: int = 300, n: int = 4, seed: int = 0) -> Callable[[], None]:
-    """A function that runs one tree-masked target forward over `n` positions after a cached
-    `prefix` and crops it away again: what decoding runs between two commits of the head."""
+    """One tree-masked forward over `n` positions after a cached `prefix`, cropped again, as a function:
+    what decoding runs between two commits of the head."""
     return cropped_forwards(target, [(n, True)], prefix, seed)[(n, True)]
 
 
 def monotone(latency: dict[int, float]) -> dict[int, float]:
-    """The closest non-decreasing curve to measured T(n) (least squares, pool-adjacent-
-    violators). A modelling choice, not a law: T(n) need not be monotone (notebook 01: few-row
-    products take other code paths), but its dips are small, and a dip from timing noise would
-    otherwise decide the tree."""
+    """The closest non-decreasing curve to measured T(n) (least squares, pool-adjacent-violators).
+    A modelling choice: T(n) need not be monotone, but a dip from timing noise must not decide the tree."""
     blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
     for n in sorted(latency):
         blocks.append([latency[n], 1])
@@ -35,17 +32,14 @@ SPREAD_TOLERANCE = 0.25  # the two fastest rounds of T(n) may differ this much b
 
 
 def spread(rounds: list[dict[int, float]]) -> dict[int, float]:
-    """Per size n, how far apart the two fastest rounds' T(n) are (second / first - 1): the
-    tuner uses the fastest, so it must be reproduced by another round."""
+    """Per size n, how far apart the two fastest rounds' T(n) are (second / first - 1)."""
     return {n: (lambda t: t[1] / t[0] - 1)(sorted(r[n] for r in rounds)) for n in rounds[0]}
 
 
 def agreeing_rounds(rounds: list[dict[int, float]], measure: Callable[[], dict[int, float]], extra: int = 2,
                     tolerance: float = SPREAD_TOLERANCE) -> list[dict[int, float]]:
-    """The T(n) rounds, once every n's fastest time is reproduced by another round within
-    `tolerance`: a busy machine (another job on the same cores) makes rounds disagree, and a
-    tree chosen from such timings is wrong. Up to `extra` more rounds are measured; then
-    tuning refuses in one line."""
+    """The rounds, once every n's fastest T(n) is reproduced by another within `tolerance` (a busy machine
+    makes rounds disagree). Adds up to `extra` rounds from `measure`, then raises LabError."""
     for attempt in range(extra + 1):
         n, worst = max(spread(rounds).items(), key=lambda kv: kv[1])
         if worst <= tolerance:
@@ -66,14 +60,9 @@ def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_fo
 
 def batch_speedups(tau: float, latency: dict[tuple[int, int], float], n: int, draft_seconds: float,
                    draft_scaling: str = "batched") -> dict[int, float]:
-    """Predicted speed-up of speculative decoding over AR when `batch` sequences are decoded
-    together, per batch size: tau * T(b, 1) / (T(b, n) + draft(b)), with T(b, k) measured
-    (`lab.measure.batch_forward_latency`), tau assumed not to depend on the batch (each
-    sequence drafts and verifies its own tree) and `draft_seconds` the drafting cost of one
-    cycle at batch 1. How drafting grows with the batch is assumed, not measured:
-    `batched` scales it like the target's one-token step, draft(b) = draft(1) * T(b, 1) / T(1, 1)
-    (the draft batched as well as the target); `serial` as b * draft(1) (one sequence after
-    another). The decoding loop's own overhead is left out on both sides."""
+    """Predicted speed-up over AR per batch size b: tau * T(b, 1) / (T(b, n) + draft(b)), T(b, k) from
+    `lab.measure.batch_forward_latency`, tau assumed independent of b, loop overhead left out. Drafting
+    grows as assumed: `batched` by T(b, 1) / T(1, 1), `serial` by b (else ValueError)."""
     if draft_scaling not in ("batched", "serial"):
         raise ValueError(f"draft_scaling must be 'batched' or 'serial', got {draft_scaling!r}")
     out = {}

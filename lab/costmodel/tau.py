@@ -1,8 +1,7 @@
-"""tau of a tree, counted without the target's tree forward: on greedy continuations the target
-produced, its argmax at every node on the true path is the continuation's next token, so greedy
-verification of any tree is a walk down the tree along the continuation. `measure_trees` scores
-trees at roots drawn uniformly (cheap, optimistic: decoding never roots a cycle inside an accepted
-run); `walk_tau` walks each continuation cycle by cycle as `decode` does."""
+"""tau of a tree, counted without the target's tree forward: on the target's own greedy continuations,
+greedy verification of any tree is a walk down it along the continuation. `measure_trees` scores trees
+at uniformly drawn roots (cheap, optimistic: decoding never roots a cycle inside an accepted run);
+`walk_tau` walks each continuation cycle by cycle as `decode` does."""
 from __future__ import annotations
 
 import math
@@ -30,8 +29,7 @@ SIZES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 
 @dataclass
 class Continuation:
-    """A prompt and the target's greedy answer, its features along both, and the timings of the
-    AR decoding that produced the answer."""
+    """A prompt and the target's greedy answer, its features, and the timings of the AR decoding."""
     ids: list[int]             # prompt + greedy response
     prompt_len: int
     features: torch.Tensor     # [len(ids), F] the target's features at every position
@@ -42,8 +40,7 @@ class Continuation:
 
 
 class _TimedEngine:
-    """An engine whose forwards are timed, so that AR's time per token splits into prefill,
-    the target's forward and the decoding loop around it."""
+    """An engine whose forwards are timed, so that AR's time splits into prefill, forwards and loop."""
 
     def __init__(self, engine):
         self.engine, self.seconds = engine, []
@@ -78,9 +75,8 @@ def greedy_continuations(target, tokenizer, prompts, max_new_tokens: int,
 
 def draft_positions(seqs: list[Continuation], count: int, seed: int,
                     margin: int = max(DEPTHS)) -> list[tuple[int, int]]:
-    """(sequence, root position) pairs inside the responses, sampled with a fixed seed, at
-    least `margin` tokens before the end (so the continuation never cuts a tree short) and
-    with at least four scored positions before the root (the commit timing needs them)."""
+    """(sequence, root position) pairs inside the responses, drawn with `seed`, at least `margin` tokens
+    before the end (no tree is cut short) and four after the start (the commit timing needs them)."""
     all_pos = [(s, i) for s, c in enumerate(seqs) for i in range(max(c.prompt_len - 1, 4), len(c.ids) - 1 - margin)]
     return sorted(random.Random(seed).sample(all_pos, min(count, len(all_pos))))
 
@@ -89,11 +85,9 @@ def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
                   depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, static_depth: int | None = None,
                   rank_accuracy: list[float] | None = None, vocab: torch.Tensor | None = None,
                   before_commit: Callable[[], None] | None = None) -> dict:
-    """tau and drafting seconds for every (depth, top_k, size) of the dynamic tree, the static
-    tree of every size at `static_depth`, and the commit time, all on the same positions.
-    `before_commit` runs, untimed, before each timed commit: what decoding runs there (the
-    target's verification forward, `verification_pass`), so that the commit is timed with the
-    caches as decoding leaves them. The trees are drafted right after the commit, as in decoding."""
+    """tau and drafting seconds of every (depth, top_k, size) dynamic tree and every static tree at
+    `static_depth`, and the commit time, all on the same positions. `before_commit` (decoding's
+    verification forward) runs untimed before each commit, so it meets the caches as decoding does."""
     grid = [(d, k) for d in depths for k in top_ks]
     dyn = {(d, k, n): [] for d, k in grid for n in sizes}
     sta = {n: [] for n in sizes} if static_depth else {}
@@ -149,13 +143,9 @@ def measure_trees(head: EagleHead | Eagle3Head, seqs: list[Continuation], positi
 
 @torch.inference_mode()
 def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> float:
-    """tau of `drafter`'s trees as greedy decoding meets them: each continuation is walked cycle
-    by cycle from the end of its prompt, every cycle rooted where the last one ended, drafting
-    no deeper than decoding could (`decode`'s limit at the continuation's max_new_tokens) and
-    committing the true features of the accepted positions, exactly as `decode` does (bench
-    passes the tree's depth as `draft_len`). Trees only, not chains. Where the target's
-    features do not depend on how many positions are scored with them (the exact bfloat16
-    engine) this is decode's tau to the bit."""
+    """tau of `drafter`'s trees (not chains) as greedy decoding meets them: each continuation walked cycle
+    by cycle as `decode` does, at most `draft_len` deep. Where features do not depend on how many
+    positions a forward scores (the exact bfloat16 engine), this is decode's tau to the bit."""
     tokens = cycles = 0
     for c in seqs:
         i = c.prompt_len - 1  # the root: the last token of the context
@@ -174,15 +164,9 @@ def walk_tau(drafter: EagleDraft, seqs: list[Continuation], draft_len: int) -> f
 def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head],
                 tree: tuple[int, int, int] | dict[str, tuple[int, int, int]], prompts=None, max_new_tokens: int = 128,
                 positions: int = 160, seed: int = 0) -> dict[str, dict]:
-    """tau of each head's dynamic tree of shape `tree` (depth, top-k, total tokens; or a shape per
-    head), counted
-    offline as `tune` screens trees (at uniformly drawn roots): on the target's greedy
-    continuations of `prompts` (default: the tuning prompts, MT-Bench 10-29), at the same
-    `positions` root positions for every head, so heads of either kind are compared on
-    identical text. The continuations are decoded once, with every layer any head reads.
-    Per head: {"tau": the mean over all positions, "by_prompt": [{"prompt" (its index in
-    `prompts`), "positions", "tau"}] per prompt that has roots}, the per-prompt figures of a
-    paired comparison over prompts (every head has roots at the same positions)."""
+    """Per head, {"tau", "by_prompt": [{"prompt", "positions", "tau"}]} of its dynamic tree `tree`
+    (depth, top-k, total tokens; or `tree[name]`), counted as `tune` screens trees at the same
+    `positions` roots for every head, on the greedy continuations of `prompts` (default: tuning's)."""
     prompts = mt_bench()[10:30] if prompts is None else prompts
     layers = sorted({layer for head in heads.values() for layer in head.feature_layers})
     seqs = greedy_continuations(target, tokenizer, prompts, max_new_tokens, tuple(layers))
@@ -205,11 +189,8 @@ def tau_at_tree(target, tokenizer, heads: dict[str, EagleHead | Eagle3Head],
 
 def node_outcomes(head: EagleHead | Eagle3Head, seqs: list[Continuation], positions: list[tuple[int, int]], depth: int,
                   top_k: int, total_tokens: int, vocab: torch.Tensor | None = None) -> list[dict]:
-    """Every drafted node of a dynamic tree at each position, checked greedily against the known
-    continuation: its confidence, its path confidence (the product of the confidences from the
-    root, exp of the tree's path value), depth, rank among its siblings, whether its parent
-    was accepted and whether it was. The data behind EAGLE-2's calibration plot and acceptance
-    by tree position."""
+    """Every drafted node at each position, checked greedily: confidence, path confidence, depth, rank,
+    whether its parent and it were accepted."""
     drafter = EagleDraft(head, "dynamic", depth, top_k, total_tokens, vocab=vocab)
     out = []
     for s, i in positions:

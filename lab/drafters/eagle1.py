@@ -1,20 +1,9 @@
-"""EAGLE-1's head: one layer that drafts by autoregressing on the target's top feature.
-
-The target's top feature f_t (the vector its LM head turns into the distribution of token
-t+1) is far more regular than the token sequence, so a single decoder layer can predict the
-next feature well. The catch is that f_{t+1} depends on which token was actually sampled at
-t+1; EAGLE-1 resolves that by feeding the head the pair (f_t, embedding of x_{t+1}): "the
-token one step ahead". The head's output is a predicted feature; the target's own (frozen)
-LM head turns it into draft logits, and the prediction is fed back to draft further.
-
-Pair t = (f_t, x_{t+1}) sits at position t. After a cycle the target has scored the root and
-the accepted nodes, so their true features replace the head's guesses before the next round.
-
-`variant` selects what the head sees, for the ablation in notebook 04:
-  eagle1     (f_t, x_{t+1})   EAGLE-1
-  no-token   f_t only         the feature's uncertainty is left unresolved
-  token-only x_{t+1} only     a one-layer token-level draft model, trained with CE only
-"""
+"""EAGLE-1's head: one decoder layer that drafts by autoregressing on the target's top feature f_t
+(what its LM head turns into token t+1's distribution), regular enough for one layer to predict the
+next. As f_{t+1} depends on the token sampled at t+1, the head reads the pair (f_t, embedding of
+x_{t+1}) at position t; its predicted feature goes through the target's LM head for draft logits and
+is fed back to draft deeper, until the target's true features replace the guesses after a cycle.
+`variant` (notebook 04's ablation): eagle1 reads the pair, no-token f_t, token-only x_{t+1}."""
 from __future__ import annotations
 
 import torch
@@ -29,9 +18,8 @@ VARIANTS = {"eagle1": ("feature", "token"), "no-token": ("feature",), "token-onl
 
 
 class EagleHead(nn.Module):
-    """fc (k·H -> H, with bias) and one Llama decoder layer; the target's embedding and LM head
-    are shared (the same tensors) and frozen, so only fc and the layer are trained or shipped.
-    The body has no final norm: it predicts the target's already-normed top feature."""
+    """fc (k·H -> H, with bias) and one Llama decoder layer, no final norm (it predicts the normed top
+    feature); the target's embedding and LM head are shared (the same tensors) and frozen."""
 
     def __init__(self, target: LlamaForCausalLM, variant: str = "eagle1"):
         super().__init__()
@@ -62,8 +50,7 @@ class EagleHead(nn.Module):
 
     def forward(self, features: torch.Tensor | None, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Pairs [B, T] -> predicted next features [B, T, H] (training and evaluation; drafting
-        goes through `EagleDraft`, which keeps a KV cache)."""
+        """Pairs [B, T] -> predicted next features [B, T, H], for training and evaluation."""
         return self.body.model(inputs_embeds=self.fuse(features, tokens), attention_mask=attention_mask,
                                position_ids=position_ids).last_hidden_state
 
@@ -90,8 +77,7 @@ class EagleHead(nn.Module):
 
 
 class Eagle1Cache:
-    """The head's KV cache while drafting: its one-layer Llama run through `Engine`, fed the
-    fused pairs (state, next token)."""
+    """The head's KV cache while drafting: its one-layer Llama on `engine_for`, fed fused pairs."""
 
     def __init__(self, head: EagleHead):
         self.head, self.engine = head, engine_for(head.body)

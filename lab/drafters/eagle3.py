@@ -1,19 +1,9 @@
-"""EAGLE-3: a draft head that reads the target at three depths and predicts tokens only.
-
-EAGLE-1 (lab/drafters/eagle1.py) regresses the target's top feature and lets the target's LM head turn
-the guess into tokens. EAGLE-3 drops that constraint: it fuses the hidden states entering
-decoder layers 2, N/2 and N-3 (low, middle, high: the top layer is specialised for the next
-token, the lower ones still describe the context) into one vector g_t with `fc` (3H -> H), and
-its single decoder layer only has to produce a state from which its own small LM head predicts
-the next token well. Its attention input is [norm(embedding of x_{t+1}), norm(state)] (2H); the
-residual carries the state. At draft time the layer's output state stands in for the next g:
-training-time test (lab/train/ttt.py) trains the head on exactly that situation.
-
-The head drafts over a reduced vocabulary (`vocab`: the most frequent target tokens of its
-training text, sorted by id), so its LM head is a fraction of the target's 49k rows. Module
-names follow the checkpoint layout vLLM and SGLang load (`fc`, `midlayer.*`, `norm`, `lm_head`),
-so `export_head` only adds the config and the vocabulary maps.
-"""
+"""EAGLE-3: a draft head that reads the target at three depths and predicts tokens only. Where EAGLE-1
+regresses the top feature, it fuses the states entering decoder layers 2, N/2 and N-3 (the top layer
+is specialised for the next token, lower ones still describe the context) into one state, and its
+one layer need only produce a state from which its own LM head (over a reduced vocabulary) predicts
+the next token. That output stands in for the next fused state when drafting deeper, the situation
+training-time test (lab/train/ttt.py) trains. `export_head` writes the layout vLLM and SGLang load."""
 from __future__ import annotations
 
 import json
@@ -32,9 +22,8 @@ from ..target.load import TARGET_NAME
 
 
 def feature_layers(num_layers: int) -> tuple[int, int, int]:
-    """transformers' hidden_states indices of the low, middle and high taps: the states entering
-    decoder layers 2, N//2 and N-3 (for SmolLM2's 30 layers: 2, 15, 27; a test model of fewer
-    than 5 layers gets the indices clamped into range)."""
+    """transformers' hidden_states indices of the low, middle and high taps: the inputs of decoder
+    layers 2, N//2 and N-3 (SmolLM2's 30 layers: 2, 15, 27), clamped into range for tiny models."""
     return (min(2, num_layers), num_layers // 2, max(num_layers - 3, 0))
 
 
@@ -46,10 +35,8 @@ def rope_theta(config) -> float:
 
 
 class Eagle3Layer(nn.Module):
-    """The one decoder layer (`midlayer`): attention over [norm(embedding), norm(state)] with
-    the state on the residual, then a SwiGLU MLP. Keys and values are computed here; where
-    they are attended from is the caller's business (a drafting cache, or the unrolled steps
-    of training)."""
+    """The one decoder layer (`midlayer`): attention over [norm(embedding), norm(state)] (2H), the
+    state on the residual, then a SwiGLU MLP; the caller keeps the keys and values it attends over."""
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int, eps: float,
                  theta: float):
@@ -107,12 +94,10 @@ TAPS = ("fused", "top")
 
 
 class Eagle3Head(nn.Module):
-    """fc (3H -> H, no bias), `midlayer`, a final `norm` and `lm_head` over the draft
-    vocabulary. The target's token embedding is shared (the same tensor) and frozen; the
-    buffer `vocab` holds the target id of each draft-vocabulary column.
-
-    taps="top" reads only the target's top feature (fc H -> H): the ablation in notebook 06
-    that separates what training-time test does from what the fused features add."""
+    """fc (3H -> H, no bias), `midlayer`, a final `norm` and `lm_head` over the draft vocabulary; the
+    target's token embedding is shared (the same tensor) and frozen. The buffer `vocab` holds the
+    target id of each draft-vocabulary column (sorted and distinct, LabError otherwise). taps="top"
+    reads the top feature only (fc H -> H): notebook 06's ablation of training-time test."""
     variant = "eagle3"
 
     def __init__(self, target, vocab: torch.Tensor, taps: str = "fused"):
@@ -147,18 +132,14 @@ class Eagle3Head(nn.Module):
     def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, steps: int,
                  rows: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Training-time test, all steps in one pass. features [B, T, taps x H] at positions 0..T-1;
-        tokens [B, T] where tokens[:, t] = x_{t+1}; pad [B, T] True on real positions.
+        tokens [B, T] with tokens[:, t] = x_{t+1}; pad [B, T] True on real positions.
 
-        Index t of step s is the s-th draft of a chain rooted at the true pair
-        (g_t, x_{t+1}): its state input is step s-1's output at t (for s = 0, the fused true
-        features), its token is the true x_{t+1+s} (the drafts before it were accepted), its
-        position t+s. It attends to the true pairs 0..t (step 0's keys) and to its own chain's
-        entries of steps 1..s: the diagonal. Returns each step's output states; those of step s
-        predict x_{t+2+s}.
-
-        `rows` [B, W] names the chains to run (index t, or -1 for none), so that training can
-        skip chains none of whose steps is scored; every true pair is still a key. The outputs
-        are then [B, W, H] in that order. Default: every index, outputs [B, T, H]."""
+        Index t of step s is the s-th draft of a chain rooted at the true pair (g_t, x_{t+1}): its
+        state is step s-1's output at t (step 0: the fused true features), its token the true
+        x_{t+1+s}, its position t+s; it attends to the true pairs 0..t and to its own chain's steps
+        1..s (the diagonal). Returns each step's output states, step s's predicting x_{t+2+s}. `rows`
+        [B, W] names the chains to run (index t, or -1 for none; every true pair is still a key),
+        outputs then [B, W, H] in that order; by default every index, [B, T, H]."""
         b, t = tokens.shape
         index = torch.arange(t, device=features.device)
         at = index.expand(b, t) if rows is None else rows.clamp(min=0)           # [B, W]
@@ -204,14 +185,10 @@ class Eagle3Head(nn.Module):
 
 
 class Eagle3Cache:
-    """The head's keys and values for one sequence while drafting: committed true pairs first,
-    then the tree nodes fed in the current round (cropped away after it). It drafts with the
-    head's linears as `fast_linear` gives them: packed for oneDNN when the head is bfloat16 on
-    a CPU that runs the exact engine (unpacked bfloat16 products are slow without AMX), the
-    modules' own products otherwise. The packed copies are taken once per head, when its first
-    drafter is built (kept on the head, as `PackedLlama` keeps a model's), so a bfloat16 head
-    must not be trained after drafting with it; `project` and `logits` are the head's own,
-    computed with them."""
+    """The head's keys and values for one sequence while drafting: committed true pairs, then the
+    current round's tree nodes (cropped away after it). It computes with `fast_linear` copies of the
+    head's linears, taken once per head when its first drafter is built and kept on the head, so a
+    bfloat16 head must not be trained after drafting with it (the packed copies would go stale)."""
 
     def __init__(self, head: Eagle3Head):
         self.head = head
@@ -242,9 +219,8 @@ class Eagle3Cache:
     @torch.inference_mode()
     def run(self, states: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None,
             positions: torch.Tensor | None = None) -> torch.Tensor:
-        """Feed n pairs (state [n, H], token [n]) after the cache. mask: bool [n, length + n]
-        (True = may attend), default causal; positions [n], default length.. . Returns the
-        output states [n, H]."""
+        """Pairs (state [n, H], token [n]) after the cache -> output states [n, H]. mask: bool
+        [n, length + n], True = may attend (default causal); positions [n] (default length..)."""
         n = len(tokens)
         positions = torch.arange(self.length, self.length + n) if positions is None else positions
         q, k, v = self.head.midlayer.qkv(states, self.head.embed_tokens(tokens.to(self.device)),
@@ -266,10 +242,10 @@ CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num
 
 
 def export_head(head: Eagle3Head, out: Path, dtype: torch.dtype = torch.float16) -> Path:
-    """Write the head as an EAGLE-3 Llama draft checkpoint of the kind vLLM and SGLang load:
-    config.json (`LlamaForCausalLMEagle3`, one layer, `draft_vocab_size`, the target's Llama
-    fields) and model.safetensors with the layer under `midlayer.`, `d2t` (draft id i ->
-    target id i + d2t[i], an offset) and `t2d` (a boolean mask over the target vocabulary)."""
+    """Write the head as an EAGLE-3 Llama draft checkpoint as vLLM and SGLang load it: config.json
+    (`LlamaForCausalLMEagle3`, one layer, `draft_vocab_size`, the target's Llama fields) and
+    model.safetensors with the layer under `midlayer.`, `d2t` (draft id i -> target id i + d2t[i]) and
+    `t2d` (a boolean mask over the target vocabulary). Raises LabError for a taps="top" head."""
     if head.taps != "fused":
         raise LabError("only a head over the fused three-layer features has a serving layout (fc is 3H -> H)")
     cfg = head.config

@@ -1,13 +1,8 @@
-"""EagleDraft: an EAGLE head (lab/drafters/eagle1.py's EAGLE-1 head or lab/drafters/eagle3.py's EAGLE-3 head)
-drafting a tree: EAGLE-1's static shape or EAGLE-2's dynamic expand-and-rerank.
-
-Both heads look the same from here. `head.drafter_state()` is a cache whose `project(features)`
-turns the target's features at a scored position into the head's input state (EAGLE-1: the top
-feature itself; EAGLE-3: fc over three layers) and whose `run` feeds pairs (state, next token)
-through the head's one layer and returns output states, which stand in for the next position's state
-when drafting deeper; and the draft logits come from the target's LM head restricted to a
-vocabulary subset (EAGLE-1) or from the head's own LM head over its own vocabulary (EAGLE-3).
-"""
+"""EagleDraft: an EAGLE head (eagle1.py, eagle3.py) drafting EAGLE-1's static tree, EAGLE-2's dynamic
+tree or a chain. Both heads look the same from here: `head.drafter_state()` is a cache whose
+`project(features)` turns the target's features at a scored position into the head's input state,
+and whose `run` feeds pairs (state, next token) through the head's layer, returning output states
+that stand in for the next states when drafting deeper."""
 from __future__ import annotations
 
 import heapq
@@ -27,16 +22,14 @@ from .model import frontier_mask
 def static_shape(total_tokens: int, depth: int, rank_accuracy: list[float] | list[list[float]]
                  ) -> list[tuple[int, ...]]:
     """A fixed tree chosen offline (EAGLE-1's, and Medusa's): the `total_tokens - 1` rank paths
-    (r1, ..., rd) most likely to be accepted if the rank-r guess at depth d is right with
-    probability `rank_accuracy[r]` (one list: the same at every depth) or `rank_accuracy[d-1][r]`
-    (a list per depth: Medusa's per-head accuracies). Best-first search, so parents always come
-    before their children; returned parents first (by depth, then ranks)."""
+    (r1, ..., rd) most likely accepted if the rank-r guess at depth d is right with probability
+    `rank_accuracy[r]` (one list for all depths) or `rank_accuracy[d-1][r]` (one per depth), parents
+    first (by depth, then ranks). Raises LabError unless each depth's rank-0 accuracy is positive."""
     by_depth = rank_accuracy if rank_accuracy and isinstance(rank_accuracy[0], list) else [rank_accuracy] * depth
     if len(by_depth) < depth or any(not acc or acc[0] <= 0 for acc in by_depth[:depth]):
         raise LabError("static_shape needs per-rank accuracies with rank 0 > 0 at every depth (the head manifest's "
                        "rank_accuracy)")
-    # measured tail ranks can be noisy or round to 0: make them positive and non-increasing,
-    # which the best-first search needs to be optimal
+    # tail ranks may be noisy or 0: best-first search is optimal on positive, non-increasing ones
     by_depth = [[max(a, 1e-6) for a in acc] for acc in by_depth[:depth]]
     by_depth = [[min(acc[: r + 1]) for r in range(len(acc))] for acc in by_depth]
     chosen: list[tuple[int, ...]] = []
@@ -74,11 +67,9 @@ def static_tree(root_token: int, expand: Expand, shape: list[tuple[int, ...]]) -
 
 
 def draft_vocabulary(size: int) -> torch.Tensor:
-    """The `size` most frequent tokens of the regenerated training responses, sorted by id.
-    Drafting over them instead of all 49,152 cuts the draft's LM head, which on a CPU is a
-    memory-bound read of 113 MB per draft step, to size/49,152 of that. It is a proposal
-    restriction only: verification still uses the target's full distribution, so nothing is
-    lost but the (rare) drafts outside the subset."""
+    """The `size` most frequent tokens of the regenerated training responses, sorted by id. Drafting
+    over them cuts the draft LM head's memory-bound read per step to size/49,152; it restricts the
+    proposals only, as verification still uses the target's full distribution."""
     data = load_regen()
     responses = [ids[p:] for ids, p in data.sequences("train")]
     counts = torch.bincount(torch.from_numpy(np.concatenate(responses)), minlength=size)
@@ -86,16 +77,11 @@ def draft_vocabulary(size: int) -> torch.Tensor:
 
 
 class EagleDraft:
-    """Drafts a tree with an EAGLE head: `static` shape (EAGLE-1) or `dynamic` (EAGLE-2's rule,
-    also EAGLE-3's), or a `chain` of the head's top-1 drafts up to `depth` deep (the lossy rules
-    of lab/verify/lossy.py verify chains only).
-
-    The head keeps its own KV cache of committed pairs (state_t, x_{t+1}), one per scored
-    context position; the drafted tree's nodes are appended with an ancestor mask and cropped
-    away after the round. Drafts are deterministic top-k children, which verification handles
-    losslessly at any temperature (EAGLE's tree rule). `vocab` (token ids) restricts an
-    EAGLE-1 head's drafts to a subset of the vocabulary (see `draft_vocabulary`); an EAGLE-3
-    head always drafts over its own vocabulary."""
+    """Drafts with an EAGLE head: a `static` tree of `shape` (EAGLE-1), a `dynamic` one (EAGLE-2's
+    rule, also EAGLE-3's), or a `chain` of top-1 drafts up to `depth` deep (the lossy rules verify
+    chains only). The head's KV cache holds committed pairs (state_t, x_{t+1}), one per scored
+    position; a round's nodes are appended with an ancestor mask and cropped away after it. `vocab`
+    (`draft_vocabulary`) narrows an EAGLE-1 head's drafts; an EAGLE-3 head takes none (LabError)."""
 
     def __init__(self, head, mode: str = "dynamic", depth: int = 4, top_k: int = 4, total_tokens: int = 16,
                  shape: list[tuple[int, ...]] | None = None, vocab: torch.Tensor | None = None):
@@ -118,8 +104,7 @@ class EagleDraft:
             self._logits = fast_linear(weight if vocab is None else weight[vocab.to(weight.device)].contiguous())
 
     def _logp(self, states: torch.Tensor) -> torch.Tensor:
-        """Draft log-probabilities [n, V'] over the draft vocabulary (column i is token
-        self.vocab[i], or token i without a subset)."""
+        """Draft log-probabilities [n, V']: column i is token self.vocab[i] (i without a subset)."""
         return torch.log_softmax(self._logits(states).float(), -1).cpu()
 
     def begin(self, prompt: list[int]) -> None:

@@ -1,12 +1,7 @@
-"""Draft-head files under data/eagle: one path, one save, one load and one manifest reader for
-every head kind, and what a head's manifest says about how it was trained.
-
-A head file is fp16 safetensors of the tensors the head owns, with metadata naming its kind
-(`variant`: eagle1, no-token, token-only, eagle3 or medusa), the target it was trained for and its
-shapes. `load_head` reads the kind from that metadata, so a caller names a head, never its kind;
-a file whose metadata disagrees with the target is refused in one line. Each head ships with a
-manifest (NAME.json) recording the command, data, budget and held-out figures that made it.
-"""
+"""Draft-head files under data/eagle: one path, save, load and manifest reader for every head kind.
+A head file is fp16 safetensors of the head's own tensors, with metadata naming its kind (`variant`:
+eagle1, no-token, token-only, eagle3 or medusa), its target and its shapes, so a caller names a
+head, never its kind. Its manifest (NAME.json) has the command, data, budget and held-out figures."""
 from __future__ import annotations
 
 import json
@@ -56,15 +51,15 @@ def head_names(kind: str | None = None) -> list[str]:
 
 
 def save_head(head: Head, path: Path) -> None:
-    """fp16 safetensors of the head's own tensors (a draft vocabulary stays int64), with
-    the metadata `load_head` checks against the target."""
+    """The head's own tensors as fp16 safetensors (`vocab` stays int64), with its metadata."""
     state = {k: (v if k == "vocab" else v.detach().half()).contiguous() for k, v in head.own_state().items()}
     atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=head.metadata()))
 
 
 def load_head(target, name: str | None = None, path: Path | None = None) -> Head:
-    """The head data/eagle/NAME.safetensors (or the file at `path`), of the kind its metadata
-    names, tied to `target` (its embedding, and an EAGLE-1 head's LM head, are the target's)."""
+    """The head data/eagle/NAME.safetensors (or the file at `path`), of the kind its metadata names,
+    tied to `target` (its embedding, and an EAGLE-1 head's LM head, are the target's). Raises
+    LabError for a missing file or one made for another target or head shape."""
     path = path or head_path(name)
     if not path.exists():
         raise LabError(f"no head at {path}: run `{rebuild_command(path.stem)}`, or name one of "
@@ -99,8 +94,8 @@ def head_manifest(name: str) -> dict:
 
 
 def check_head(name: str, kind: str, flag: str) -> None:
-    """One line naming the heads of `kind` there are, unless data/eagle/NAME.safetensors is one;
-    the command line checks a head name this way before loading anything."""
+    """Raises a LabError naming the heads of `kind` there are, unless data/eagle/NAME.safetensors is
+    one; the command line checks a head name so before loading anything."""
     path = head_path(name)
     found = head_kind(path) if path.exists() else None
     if found == kind:
@@ -135,9 +130,8 @@ def warm_start_chain(manifest: dict) -> list[dict]:
 
 
 def training_budget(manifest: dict) -> dict:
-    """What a head cost in all: CPU (and GPU) minutes and steps summed over its warm-start chain,
-    and the training tokens of its last stage (regenerated responses plus any ShareGPT replies;
-    each stage here kept the earlier data)."""
+    """What a head cost in all: CPU and GPU minutes and steps summed over its warm-start chain, and
+    the training tokens of its last stage, which kept the earlier stages' data."""
     chain = warm_start_chain(manifest)
     data = manifest["data"]
     return {"cpu_minutes": sum(m.get("cpu_budget_minutes", 0.0) for m in chain),

@@ -1,18 +1,11 @@
-"""Lookahead decoding (Fu et al., 2024): n-grams grown by Jacobi iteration, verified as a tree.
-
-No draft model and no training. In each cycle's one target forward two things are scored side by
-side, each node at the position of its depth:
-  the window  N-1 levels of W guessed tokens. Level 0 is a chain from the root (the trunk);
-              level l of column i hangs off level l-1 of column i. The target's token after the
-              last level of column i is one Jacobi step: the column then reads as an n-gram
-              (trunk_i, level 1_i, ..., level N-2_i, that token), kept in a pool under its first
-              token. The window moves up a level, the target's tokens becoming its last level.
-              Its nodes are scored, never committed.
-  the drafts  up to G pooled n-grams that start with the last committed token, merged into one
-              tree from the root, placed first: these, and only these, may be accepted.
-The drafts are one-hot and do not depend on the cycle's random draws, so the tree rule verifies
-them losslessly at any temperature. The pool is emptied for every prompt.
-"""
+"""Lookahead decoding (Fu et al., 2024): n-grams grown by Jacobi iteration, verified as a tree, with
+no draft model. Each cycle's one target forward scores, each node at its depth's position, the
+drafts (up to G pooled n-grams starting with the last committed token, merged into one tree from the
+root, placed first: only these may be accepted) and the window: N-1 levels of W guessed tokens, level
+0 a chain from the root, level l of column i hanging off level l-1 of column i. The target's tokens
+after the last level are one Jacobi step: each column then reads as an n-gram, pooled under its first
+token, and the window moves up a level. The drafts are one-hot and independent of the cycle's random
+draws, so the tree rule verifies them losslessly at any temperature."""
 from __future__ import annotations
 
 import torch
@@ -43,8 +36,7 @@ class Lookahead:
         self._last_level: list[int] = []                  # this step's nodes of the window's last level
 
     def begin(self, prompt: list[int]) -> None:
-        """An empty pool, and a window filled with the prompt's last tokens (any guess will do:
-        Jacobi steps replace it, and only verified drafts are ever accepted)."""
+        """An empty pool, and a window of the prompt's last tokens (any guess will do)."""
         self.pool = {}
         size = (self.n - 1) * self.window_width
         filler = (prompt * (size // len(prompt) + 1))[-size:]
@@ -68,8 +60,7 @@ class Lookahead:
         return tree
 
     def observe(self, proposal, logits: torch.Tensor) -> None:
-        """One Jacobi step from the target's tokens after the window's last level: every column
-        becomes an n-gram in the pool, and the window moves up a level."""
+        """One Jacobi step from the target's tokens after the window's last level (see the module)."""
         if not self._last_level:
             return
         following = argmax_rows(logits[self._last_level])

@@ -1,16 +1,10 @@
-"""Prompt lookup: drafts copied from the context itself, with no draft model at all.
-
-When the last few tokens of the context occurred earlier (an answer quoting its question, code
-repeating a name), what followed them then is a free guess at what follows now. The guess costs
-a scan of the context instead of a forward, and since the drafts are one-hot (q(x) = 1) the
-chain rule with q = None and the tree rule verify them losslessly at any temperature.
-
-  chain: the continuation of the most recent earlier occurrence of the longest matching suffix
-         (transformers' `prompt_lookup_num_tokens`, vLLM's `ngram` proposer);
-  tree:  the continuations of up to `candidates` earlier occurrences, longest suffixes first,
-         merged into one tree so that equal prefixes are scored once (Lookahead decoding's
-         verification branch, with the context as its n-gram pool).
-"""
+"""Prompt lookup: drafts copied from the context itself, with no draft model at all. When the last
+few tokens occurred earlier (an answer quoting its question, code repeating a name), what followed
+them then is a free guess at what follows now. The drafts are one-hot, so the chain rule (q = None)
+and the tree rule verify them losslessly at any temperature. A chain is the continuation of the most
+recent earlier occurrence of the longest matching suffix (transformers' `prompt_lookup_num_tokens`,
+vLLM's `ngram`); a tree merges up to `candidates` continuations, so that shared prefixes are scored
+once (Lookahead's verification branch, with the context as its n-gram pool)."""
 from __future__ import annotations
 
 import torch
@@ -21,9 +15,8 @@ from ..trees import DraftTree
 
 
 def continuations(context: list[int], k: int, max_ngram: int, min_ngram: int, limit: int) -> list[list[int]]:
-    """Up to `limit` distinct non-empty continuations (each at most `k` tokens) that followed an
-    earlier occurrence of a suffix of `context`: longer suffixes first, then more recent
-    occurrences first."""
+    """Up to `limit` distinct non-empty continuations (at most `k` tokens each) that followed earlier
+    occurrences of a suffix of `context`: longer suffixes first, then more recent occurrences."""
     found: list[list[int]] = []
     n_ctx = len(context)
     for n in range(min(max_ngram, n_ctx - 1), min_ngram - 1, -1):

@@ -1,17 +1,10 @@
-"""Medusa (Cai et al., 2024): extra heads on the target's own last state, drafting a static tree.
-
-Head k (1-based) reads the target's final normed hidden state h_t, the very vector its LM head
-turns into token t+1, and guesses token t+k+1: a residual block h + SiLU(W_k h + b_k), started
-at zero (weight and bias) so that every head begins as the target's next-token guess, read out
-through the target's LM head. The paper gives each head a full vocabulary projection of its
-own; here the heads share the target's LM head restricted to the 8,192-token draft vocabulary
-(`draft_vocabulary`), which adds no 28M-parameter projection per head on this target.
-
-All heads read the same h_t, so a head's guesses do not depend on the tokens drafted before it:
-the tree is a fixed choice of rank paths (r_1, ..., r_d), node (r_1..r_d) carrying head d's
-rank-r_d token, chosen greedily by the product of measured per-(head, rank) accuracies
-(`static_shape`). The heads run once per cycle, on the last accepted position's state.
-"""
+"""Medusa (Cai et al., 2024): extra heads on the target's own last state, drafting a static tree. Head
+k (1-based) reads the target's final normed hidden state h_t and guesses token t+k+1 with a
+residual block h + SiLU(W_k h + b_k), started at zero so that every head begins as the target's
+next-token guess, read out through the target's LM head restricted to the draft vocabulary (the
+paper gives each head its own projection). All heads read the same h_t, so their guesses do not
+depend on earlier drafts: the tree is a fixed set of rank paths, node (r_1..r_d) carrying head d's
+rank-r_d token (`static_shape`, from per-(head, rank) accuracies), drafted once per cycle."""
 from __future__ import annotations
 
 import torch

@@ -24,8 +24,8 @@ class NoDraft:
 
 
 class ModelDraft:
-    """Two-model speculative decoding: a small LM drafts k tokens autoregressively, with its
-    own KV cache that is cropped back to the accepted context after every cycle."""
+    """Two-model speculative decoding: a small LM drafts k tokens autoregressively, its own KV cache
+    cropped to the prefix it shares with the accepted context at the next proposal."""
     name = "sd"
 
     def __init__(self, model):
@@ -67,9 +67,8 @@ class ModelDraft:
 
     @property
     def confidences(self) -> list[float]:
-        """The draft's probability of each token of the last proposal: q(x) when sampling, its
-        softmax at temperature 1 when greedy (where q is one-hot). Computed when asked
-        (lab.viz.cycles records them), so decoding does not pay for it."""
+        """The draft's probability of each token of the last proposal: q(x) when sampling, its softmax
+        at temperature 1 when greedy (q is one-hot then); computed when asked, not while decoding."""
         rows, drafts, greedy = self._proposal
         return [float((torch.softmax(row.float(), -1) if greedy else row)[x]) for row, x in zip(rows, drafts)]
 
@@ -78,10 +77,9 @@ class ModelDraft:
 
 
 def frontier_mask(tree: DraftTree, frontier: list[int], slot: dict[int, int], base: int, cached: int) -> torch.Tensor:
-    """Attention mask [F, cached + F] for feeding a tree's frontier to a draft whose cache holds
-    `base` committed positions (the root's included) and then earlier-fed tree nodes: each
-    frontier node sees the committed prefix, its fed ancestors and itself. Records in `slot`
-    where each frontier node lands in the cache."""
+    """Mask [F, cached + F] feeding a tree's frontier to a draft whose cache holds `base` committed
+    positions (the root's included), then earlier-fed nodes: each frontier node sees the committed
+    prefix, its fed ancestors and itself. Records in `slot` where each frontier node lands."""
     n = len(frontier)
     mask = torch.zeros(n, cached + n, dtype=torch.bool)
     mask[:, :base] = True
@@ -94,9 +92,8 @@ def frontier_mask(tree: DraftTree, frontier: list[int], slot: dict[int, int], ba
 
 
 class TreeModelDraft(ModelDraft):
-    """Two-model speculative decoding with an EAGLE-2-style dynamic tree: the draft LM expands
-    the `top_k` best frontier nodes per depth (one draft forward per depth, the frontier fed
-    with an ancestor mask), then the tree is reranked to `total_tokens` nodes."""
+    """Two-model speculative decoding with an EAGLE-2 dynamic tree (`dynamic_tree`): one draft forward
+    per depth feeds the frontier with an ancestor mask."""
     name = "sd-tree"
 
     def __init__(self, model, depth: int = 4, top_k: int = 4, total_tokens: int = 16):

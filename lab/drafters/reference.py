@@ -1,10 +1,6 @@
-"""Expert drafts: a known text (a reference answer, a canonical solution) fed as drafts.
-
-Judge Decoding's clearest experiment: drafts that are *good* but not what the target would
-have written word for word. Standard verification stops them at the first difference; a judge
-lets the correct-but-different ones through. The drafter is aligned by count: after the
-target replaces a token, drafting resumes at the next token of the reference.
-"""
+"""Expert drafts: a known text (a reference answer, a canonical solution) fed as drafts. Judge
+Decoding's clearest experiment: good drafts that are not what the target would have written word
+for word, which standard verification stops at the first difference and a judge lets through."""
 from __future__ import annotations
 
 import torch
@@ -13,8 +9,8 @@ from ..sampling import RandomStream, Sampling
 
 
 class ReferenceDraft:
-    """Proposes the next k tokens of `reference` (token ids of a text meant to follow a prompt of
-    `prompt_len` tokens); nothing once the reference is used up."""
+    """Proposes the next k tokens of `reference` (token ids meant to follow a prompt of `prompt_len`
+    tokens), aligned by count: after the target replaces a token, drafting resumes at the next one."""
     name = "reference"
 
     def __init__(self, prompt_len: int, reference: list[int]):

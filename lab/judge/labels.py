@@ -1,26 +1,8 @@
 """Judge labels: errors planted in correct answers (`code_mutations`, `number_mutations`,
-`label_tokens`), and labels mined from real draft mismatches, in the spirit of AutoJudge
-(arXiv 2504.20039).
-
-Planted errors are an easy kind of wrong; the 2-layer draft's mistakes are fluent. So labels are
-also taken from the draft itself, on items whose answer a program checks: where the target's
-greedy answer is correct, run the draft over that answer (teacher-forced) and find the positions
-where its greedy token differs from the target's. At each such position (up to a cap), put the
-draft's token there, let the target finish greedily and check the answer again: the draft token is
-harmless (label 1) if the answer stays correct, harmful (label 0) if not. Nothing is planted, and
-the labelled tokens are exactly those standard verification rejects and a judge would rescue.
-
-The features are read where the judge reads them in decoding: the target's hidden state at the
-position whose input is the draft token, after the target's own answer up to there (`Labelled`
-with `site_token` on the draft token, as `token_features` and `JudgeRule.scores` index).
-
-The draft is the 2-layer draft model or an EAGLE-1 head (its first draft, from the target's own
-features), whose mistakes are more fluent still and fool a judge that never saw any.
-
-Mining is slow (one greedy continuation per mismatch), so each item's result is cached under
-`.cache/judge-mined/` (an EAGLE head's under `.cache/judge-mined/eagle1/`) as soon as it is done,
-written atomically, and a rerun resumes.
-"""
+`label_tokens`), and labels mined from a draft's own, more fluent mistakes, in the spirit of
+AutoJudge (arXiv 2504.20039): on an item the target answers correctly, the draft's token goes in at
+a mismatch, the target finishes greedily, and the token is harmless (1) if the answer still passes,
+harmful (0) if not. Records are cached atomically under `.cache/judge-mined/`; a rerun resumes."""
 from __future__ import annotations
 
 import io
@@ -63,8 +45,8 @@ class Mutation:
 
 
 def code_mutations(code: str) -> list[Mutation]:
-    """Every single-token error this module plants in Python code: a flipped comparison, an
-    integer off by one, a swapped operator, or a name replaced by another name the code uses."""
+    """Every single-token error planted in Python code: a flipped comparison, an integer off by
+    one, a swapped operator, or a name replaced by another the code uses; [] if it does not tokenise."""
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
@@ -105,7 +87,7 @@ def number_mutations(text: str) -> list[Mutation]:
 class Labelled:
     """One labelled answer tokenised after its prompt: a planted error, or a mined draft token."""
     problem: str            # split key: every answer of a problem goes to the same split, whatever its source
-    ids: list[int]          # prompt (chat template) + answer (mutated, or up to the mined draft token)
+    ids: list[int]          # prompt + answer (mutated, or up to the mined draft token)
     answer_start: int       # index in ids of the answer's first token
     labels: list[int]       # per answer token: 1 correct, 0 wrong, -1 ignored
     kind: str = ""
@@ -115,9 +97,8 @@ class Labelled:
 
 def label_tokens(tokenizer, prompt_ids: list[int], original: str, mutation: Mutation, problem: str,
                  source: str = "") -> Labelled | None:
-    """Tokens of the mutated answer before the first token that differs from the original's
-    tokens are correct; that token is the error; the rest is ignored. None if tokenisation hides
-    the change (no differing token)."""
+    """The mutated answer labelled 1 before its first token that differs from the original's, 0
+    there, -1 after. None if no token differs within the shorter of the two tokenisations."""
     a = tokenizer.encode(original, add_special_tokens=False)
     b = tokenizer.encode(mutation.text, add_special_tokens=False)
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
@@ -147,11 +128,8 @@ class Checkable:
 
 def checkable_items(tokenizer, limit: int, tasks_per_kind: int = JUDGE_TASKS_PER_KIND, seed: int = 0
                     ) -> list[Checkable]:
-    """The first `limit` items: the templated tasks first (cheap: short answers the target often
-    gets right), then HumanEval (192-token answers the 135M target rarely passes). The tasks are
-    `make_tasks(per_kind=tasks_per_kind, seed=seed)` (the judge half of each kind's questions),
-    the planted labels' own, so that an item's planted and mined labels share one problem key and
-    land on the same side of the split."""
+    """The first `limit` items: the templated tasks (the planted labels' own, so an item's planted
+    and mined labels share one problem key and split side), then HumanEval."""
     items: list[Checkable] = []
     for item in [*make_tasks(per_kind=tasks_per_kind, seed=seed), *humaneval_problems()][:limit]:
         kind, question, check_text = question_and_check(item)
@@ -166,17 +144,14 @@ def checkable_items(tokenizer, limit: int, tasks_per_kind: int = JUDGE_TASKS_PER
 
 
 def greedy_answer(engine: Engine, prompt: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
-    """The target's greedy answer after `prompt` (through the lab's one decoding loop, as
-    `answer_quality` decodes it)."""
+    """The target's greedy answer after `prompt`, decoded as `answer_quality` decodes it."""
     return decode(engine, NoDraft(), prompt, max_new_tokens, GREEDY, 0, 0, eos_id).tokens
 
 
 @torch.inference_mode()
 def draft_proposals(target, draft, prompt: list[int], answer: list[int]) -> list[int]:
-    """The token the draft would greedily propose at each answer position j, given prompt +
-    answer[:j], teacher-forced in one pass. `draft` is a draft model (its own forward) or an
-    EAGLE-1 head (lab/drafters/eagle1.py), which drafts from the target's features: the pair (f_t, x_{t+1})
-    predicts f_{t+1}, whose readout proposes x_{t+2}, as the head's first draft in decoding does."""
+    """The draft's greedy proposal at each answer position j given prompt + answer[:j], in one pass;
+    an EAGLE-1 head proposes from the target's features, as its first draft in decoding does."""
     if isinstance(draft, EagleHead):
         ids = prompt + answer
         layer = draft.feature_layers[0]
@@ -189,26 +164,22 @@ def draft_proposals(target, draft, prompt: list[int], answer: list[int]) -> list
 
 
 def draft_mismatches(target, draft, prompt: list[int], answer: list[int]) -> list[tuple[int, int]]:
-    """(j, token) for every answer position j where the draft would greedily propose `token`
-    instead of answer[j]."""
+    """(j, token) for every answer position j where the draft greedily proposes `token` != answer[j]."""
     if not answer:
         return []
     return [(j, d) for j, (d, a) in enumerate(zip(draft_proposals(target, draft, prompt, answer), answer)) if d != a]
 
 
 def spread(values: list, cap: int) -> list:
-    """At most `cap` of `values`, evenly spread, so that a long answer's early mismatches do not
-    crowd out its later ones."""
+    """At most `cap` of `values`, evenly spread: a long answer's late mismatches get their share."""
     if len(values) <= cap:
         return list(values)
     return [values[i * len(values) // cap] for i in range(cap)]
 
 
 def mine_item(engine: Engine, draft, item: Checkable, cap: int, eos_id: int | None) -> dict:
-    """One item's mined record (JSON-able): the target's greedy answer, whether it is correct,
-    and, only if it is, for up to `cap` mismatches of the draft (a draft model or an EAGLE-1 head)
-    the finished answer with the draft's token substituted and whether that answer still passes
-    (`harmless`)."""
+    """One item's JSON-able record: the target's greedy answer, whether it passes, and only if it does,
+    up to `cap` draft mismatches, each with its finished answer and whether that passes (`harmless`)."""
     answer = greedy_answer(engine, item.prompt, item.max_new_tokens, eos_id)
     record = {"problem": item.problem, "source": item.source, "prompt": item.prompt, "answer": answer,
               "target_correct": bool(item.check(answer)), "mismatches_found": 0, "mismatches": []}
@@ -225,9 +196,8 @@ def mine_item(engine: Engine, draft, item: Checkable, cap: int, eos_id: int | No
 
 def judged_tokens(engine: Engine, drafter, rule, item: Checkable, draft_len: int, eos_id: int | None
                   ) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """Judge decoding's answer to `item` (`drafter` proposing chains of `draft_len`, `rule` the
-    judge) and (j, draft token, target's token) for every answer position j whose token only the
-    judge accepted: a draft the target's argmax there disagreed with."""
+    """Judge decoding's answer to `item` and (j, draft token, target's token) for every answer position
+    j whose token only the judge `rule` accepted."""
     found: list[tuple[int, int, int]] = []
 
     def on_cycle(context, proposal, cycle, emitted, origins) -> None:
@@ -248,8 +218,7 @@ def finish(engine: Engine, item: Checkable, prefix: list[int], eos_id: int | Non
 
 def labelled(record: dict) -> list[Labelled]:
     """One `Labelled` per mined mismatch: the prompt, the target's answer up to the mismatch and the
-    draft's token, labelled there only (1
-    harmless, 0 harmful). The tokens before it carry no label."""
+    draft's token, labelled there only (1 harmless, 0 harmful)."""
     start = len(record["prompt"])
     return [Labelled(record["problem"], record["prompt"] + record["answer"][: m["position"]] + [m["draft"]], start,
                      [-1] * m["position"] + [int(m["harmless"])], "mined", start + m["position"], record["source"])
@@ -262,9 +231,8 @@ def cache_path(cache_dir: Path, problem: str) -> Path:
 
 def mine(target, draft, items: list[Checkable], cap: int = 8, eos_id: int | None = None,
          cache_dir: Path = MINED_DIR, progress: bool = True) -> list[dict]:
-    """`mine_item` for every item, each record cached in `cache_dir` as soon as it is done and
-    reused on a rerun when it was mined with the same prompt, answer length and cap (and the same
-    draft: a draft model's layer count, or the EAGLE head's variant)."""
+    """`mine_item` for every item, each record cached in `cache_dir` once done and reused on a rerun
+    mined with the same prompt, answer length, cap and draft (layer count, or EAGLE head variant)."""
     settings = ({"cap": cap, "draft": draft.variant} if isinstance(draft, EagleHead)
                 else {"cap": cap, "draft_layers": draft.config.num_hidden_layers})
     engine, records = engine_for(target), []

@@ -25,11 +25,9 @@ JUDGE_DIR = DATA_DIR / "judge"
 
 @torch.inference_mode()
 def token_features(target, examples: list[Labelled], layers: list[int]) -> dict:
-    """For every labelled answer token: the target's hidden state at that token's position at each
-    of `layers` (transformers' convention: 0 the embeddings, N the final normed state), and
-    `logit_features` from the target's logits at the previous position (also split out as the two
-    baselines: the token's probability and the entropy there). `groups` (the split key) and
-    `sources` name each token's answer."""
+    """Per labelled answer token: the target's hidden state at each of `layers` (0 the embeddings, N
+    the final normed state), `logit_features` from the previous position's logits (and the baselines
+    `token_probability` and `entropy`), and its answer's `groups` (the split key) and `sources`."""
     feats = {layer: [] for layer in layers}
     labels, groups, sources, from_logits = [], [], [], []
     for ex in examples:
@@ -60,8 +58,7 @@ def split_by_problem(groups: list[str], validation: float = 0.3, seed: int = 0) 
 
 
 def fit_probe(x, y, layer: int, c: float = 0.1, reads_logits: bool = False) -> Probe:
-    """Logistic regression with the wrong (rare) class up-weighted (scikit-learn, balanced). `x`
-    is [n, H], or [n, H + 2] with the logit features last if `reads_logits`."""
+    """Balanced logistic regression on `x` [n, H] (the logit features appended if `reads_logits`)."""
     from sklearn.linear_model import LogisticRegression
     mean, std = x.mean(0), x.std(0) + 1e-6
     model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000)
@@ -92,7 +89,7 @@ def judge_path(name: str = "judge") -> Path:
 
 
 def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DIR / "judge.json") -> Path:
-    """The head (577 numbers for SmolLM2's 576-wide states) and its threshold, with the manifest."""
+    """Write the head and its threshold, with the manifest, to `path`; return `path`."""
     write_json(path, {**manifest, "artifact": repo_path(path), "layer": probe.layer,
                       "reads_logits": probe.reads_logits, "delta": delta, "bias": probe.bias,
                       "weight": probe.weight.tolist(), "mean": probe.mean.tolist(), "std": probe.std.tolist()})
@@ -100,7 +97,7 @@ def save_judge(probe: Probe, delta: float, manifest: dict, path: Path = JUDGE_DI
 
 
 def load_judge(target, path: Path = JUDGE_DIR / "judge.json") -> tuple[Probe, float]:
-    """The shipped judge head and its threshold, checked against `target`."""
+    """The judge head at `path` and its threshold; LabError if missing or made for another target."""
     if not path.exists():
         raise LabError(f"no judge head at {path}: run `python -m lab train judge`")
     head = json.loads(path.read_text())

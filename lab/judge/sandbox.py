@@ -1,12 +1,7 @@
-"""Running generated code, never in the caller's process.
-
-Judge Decoding gives up exactness, so its quality has to be measured, and for code that means
-running the model's answer against the problem's tests. The answer is untrusted: it may loop
-forever, eat memory, crash or reach for the file system. So it runs in a separate Python
-process (`python -I`: no user site, no environment variables), in an empty temporary folder,
-with a wall-clock limit, CPU and memory limits, and imports of modules that touch the system
-refused before it starts. Any of these counts as a failure with its reason, never as a hang.
-"""
+"""Running untrusted generated code, never in the caller's process: a separate `python -I` process
+with an empty environment, in an empty temporary folder, under wall-clock, CPU, memory and file-size
+limits, with imports that reach outside the process refused. Any misbehaviour, a hang included,
+becomes a failed `Outcome` with its reason."""
 from __future__ import annotations
 
 import ast
@@ -28,9 +23,8 @@ class Outcome:
 
 
 def forbidden_import(code: str) -> str | None:
-    """The first forbidden module the code imports (or the first call of __import__, open, exec,
-    compile, breakpoint or input), or None. `eval` stays allowed: HumanEval/160's own reference
-    solution evaluates an expression; the process limits still hold."""
+    """A forbidden module imported, or a call of __import__, open, exec, compile, breakpoint or input;
+    else None. SyntaxError if unparsable. `eval` is allowed: HumanEval/160's reference uses it."""
     tree = ast.parse(code)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -58,8 +52,7 @@ def _limits(memory_mb: int, cpu_seconds: int):
 
 
 def run_python(code: str, timeout: float = 5.0, memory_mb: int = 512) -> Outcome:
-    """Run `code` as a program in a sandboxed child process; passed iff it exits with status 0
-    within `timeout` seconds."""
+    """Run `code` in a sandboxed child process; passed iff it exits with status 0 within `timeout` s."""
     try:
         name = forbidden_import(code)
     except SyntaxError:
@@ -79,7 +72,6 @@ def run_python(code: str, timeout: float = 5.0, memory_mb: int = 512) -> Outcome
 
 
 def check_humaneval(problem: dict, completion: str, timeout: float = 5.0) -> Outcome:
-    """HumanEval's own check: the prompt (signature and docstring), the completion (the body),
-    the problem's tests, then `check(entry_point)`."""
+    """HumanEval's own check: the prompt, the completion (the body), the tests, `check(entry_point)`."""
     program = f"{problem['prompt']}{completion}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
     return run_python(program, timeout)

@@ -1,13 +1,6 @@
-"""Quality, measured: what lossy verification does to answers a program can check, and how many
-tokens it accepts per verification forward.
-
-`expert_drafts`: a known-good text (HumanEval's canonical solutions) as drafts; how many tokens
-standard verification and a lossy rule accept per cycle. `answer_quality`: decode checkable
-questions (lab/judge/tasks.py) or HumanEval problems with a drafter and an acceptance rule, check every
-answer (HumanEval's in the sandbox), and report accuracy beside tokens per forward.
-`quality_sweep` (`python -m lab quality`, notebook 07): every drafter and rule of notebook 07's
-quality-against-speed comparison on the evaluation questions, one JSON, resumable run by run.
-"""
+"""Quality, measured: what lossy verification does to answers a program can check (`answer_quality`)
+beside how many tokens it accepts per verification forward, and notebook 07's resumable sweep of
+every drafter and rule (`quality_sweep`, `python -m lab quality`)."""
 from __future__ import annotations
 
 import hashlib
@@ -33,10 +26,8 @@ GREEDY = Sampling()
 
 
 def expert_drafts(target, tokenizer, problems: list[dict], rule=None, draft_len: int = 25) -> dict:
-    """Each problem's canonical solution fed as drafts where it belongs (`humaneval_split`: the
-    prompt, then a code block opening with the signature); per cycle, the drafts accepted
-    (standard verification when `rule` is None). Cycles after the reference ran out (nothing
-    drafted) are not counted."""
+    """Each problem's canonical solution fed as drafts where it belongs (`humaneval_split`), and the
+    drafts accepted per cycle (standard verification if `rule` is None) until the reference runs out."""
     engine, accepted = engine_for(target), []
     for p in problems:
         prompt, solution = humaneval_split(tokenizer, p)
@@ -53,8 +44,7 @@ def expert_drafts(target, tokenizer, problems: list[dict], rule=None, draft_len:
 class Quality:
     correct: dict[str, list[bool]]   # kind -> one verdict per question
     new_tokens: int
-    forwards: int                    # verification forwards of the target, prefill excluded
-                                     # (the draft's own forwards for `draft only`, which has none)
+    forwards: int                    # target verification forwards, prefill excluded (`draft only`: the draft's)
     seconds: float
 
     @property
@@ -87,8 +77,7 @@ class Quality:
 
 def answer_quality(target, tokenizer, items: list[Task] | list[dict], make_drafter=NoDraft, rule=None,
                    draft_len: int = 8, max_new_tokens: int = 24) -> Quality:
-    """Decode every item (a `Task`, or a HumanEval problem dict) greedily with a fresh drafter
-    from `make_drafter()` and the acceptance `rule`, and check the answer."""
+    """Decode every item greedily with a fresh `make_drafter()` and `rule`, and check the answer."""
     engine = engine_for(target)
     quality = Quality({}, 0, 0, 0.0)
     for item in items:
@@ -113,8 +102,7 @@ DEFAULT_JUDGE = "judge"  # data/judge/judge.json, the shipped judge head
 
 
 def lost_questions(runs: dict[str, Quality], name: str, tasks: list[Task]) -> list[Task]:
-    """The questions the target alone answers right and run `name` gets wrong (`Quality.correct`
-    holds one verdict per question of each kind, in the order of `tasks`)."""
+    """The questions the target alone gets right and run `name` gets wrong (in `tasks` order)."""
     by_kind: dict[str, list[Task]] = {}
     for t in tasks:
         by_kind.setdefault(t.kind, []).append(t)
@@ -125,9 +113,8 @@ def lost_questions(runs: dict[str, Quality], name: str, tasks: list[Task]) -> li
 
 def judge_only_tokens(target, tokenizer, task: Task, draft, rule, draft_len: int = SWEEP_DRAFT_LEN,
                       max_new_tokens: int = SWEEP_MAX_NEW_TOKENS) -> dict:
-    """One question decoded as the sweep decodes it, the 2-layer `draft` proposing and the lossy
-    `rule` OR-ed with the target's argmax: the target's own answer, this answer, and every token
-    in it that only the rule accepted, as (the draft's token, the target's choice there) text."""
+    """One question decoded as the sweep does: the target's own answer, the answer with `rule`, and
+    every token in it that only the rule accepted, as (the draft's token, the target's choice) text."""
     item = Checkable(task.id, "", chat_ids(tokenizer, task.question), task.check, max_new_tokens)
     engine, eos = engine_for(target), tokenizer.eos_token_id
     answer, found = judged_tokens(engine, ModelDraft(draft), rule, item, draft_len, eos)
@@ -138,12 +125,9 @@ def judge_only_tokens(target, tokenizer, task: Task, draft, rule, draft_len: int
 
 
 def sweep_runs(delta: float, fast: bool = False, judge: str = DEFAULT_JUDGE) -> dict[str, dict]:
-    """Name -> what runs: which model answers (`target` or the 2-layer `draft` alone), which
-    drafter proposes (`none`, the 2-layer `draft`, the shipped EAGLE-1 head's top-1 `eagle1`
-    chain) and which rule accepts (`standard`, `topk:K`, `judge:delta`). The judge is swept over
-    thresholds up to 0.99 (where it comes back towards standard verification) and its own
-    delta; fast mode keeps one of each kind. Another judge head than the shipped one
-    (data/judge/NAME.json) gets its own judge runs, named with `(NAME)`; the others are shared."""
+    """Name -> spec: which model answers (`target`, or the 2-layer `draft` alone), which drafter
+    proposes (`none`, `draft`, the EAGLE-1 `eagle1` chain) and which rule accepts (`standard`, `topk:K`,
+    `judge:delta` up to 0.99; fast: one of each). Another head's judge runs end in `(NAME)`."""
     ks = [3] if fast else [2, 3, 5]
     deltas = [round(delta, 3)] if fast else sorted({0.5, 0.6, 0.7, round(delta, 3), 0.9, 0.95, 0.99})
     suffix, which = ("", {}) if judge == DEFAULT_JUDGE else (f" ({judge})", {"judge": judge})
@@ -171,9 +155,8 @@ def file_sha(path: Path) -> str:
 
 
 def run_inputs(spec: dict, tasks: list[Task]) -> dict:
-    """What one run's numbers depend on besides the code: the questions, the decoding sizes and
-    the bytes of the files it uses (the 2-layer draft, the EAGLE-1 head, the judge head). A run
-    recorded with other inputs is decoded again, so a retrained judge reruns only the judge's runs."""
+    """What one run's numbers depend on besides the code: the questions, the decoding sizes and the
+    hashes of the files it reads; a run recorded with other inputs is decoded again."""
     questions = hashlib.sha256("\n".join(t.question for t in tasks).encode()).hexdigest()[:16]
     inputs = {"target": TARGET_NAME, "questions": questions, "draft_len": SWEEP_DRAFT_LEN,
               "max_new_tokens": SWEEP_MAX_NEW_TOKENS}
@@ -195,7 +178,7 @@ def _current(record: dict, tasks: list[Task]) -> bool:
 
 
 def load_sweep(path: Path) -> dict:
-    """The file an earlier sweep wrote (an empty one if there is none yet)."""
+    """The sweep recorded at `path` ({"runs": {}} if there is none)."""
     return read_results(path) or {"runs": {}}
 
 
@@ -206,18 +189,16 @@ def sweep_path(fast: bool) -> Path:
 
 def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, path: Path | None = None,
                   judge: str = DEFAULT_JUDGE, progress: bool = True) -> tuple[list[Task], dict[str, Quality]]:
-    """Notebook 07's quality-against-speed runs (`sweep_runs`) on `per_kind` evaluation-half
-    questions of each kind, with the judge head data/judge/`judge`.json: the runs `path` already
-    holds with the same inputs (`run_inputs`) are read back, the others decoded and the file
-    rewritten atomically after each, so an interrupted sweep resumes where it stopped. Other judge
-    heads' runs are kept while their inputs are current. Returns the questions and this sweep's name -> `Quality`."""
+    """Notebook 07's runs (`sweep_runs`) on `per_kind` evaluation questions of each kind with the judge
+    head data/judge/`judge`.json, resumable: runs `path` holds with current inputs are read back, the
+    rest decoded, the file rewritten atomically after each. Returns (questions, name -> `Quality`)."""
     path = Path(path or sweep_path(fast))
     tasks = make_tasks(per_kind=per_kind, seed=EVALUATION_SEED, split="evaluation")
     probe, delta = load_judge(target, judge_path(judge))
     runs = sweep_runs(delta, fast, judge)
     inputs = {n: run_inputs(spec, tasks) for n, spec in runs.items()}
     recorded = load_sweep(path)
-    kept, todo, stale = resumable_runs(  # another judge head's runs are kept while still current
+    kept, todo, stale = resumable_runs(
         recorded["runs"], {n: (runs[n], inputs[n]) for n in runs}, lambda r: (r.get("spec"), r.get("inputs")),
         lambda n, r: _judge_of(r.get("spec", {})) not in (None, judge) and _current(r, tasks))
     if progress and stale:
@@ -267,9 +248,8 @@ def quality_sweep(target, tokenizer, per_kind: int = 20, fast: bool = False, pat
 
 
 def _in_order(records: dict, names: tuple[str, ...] | list[str] = ()) -> dict:
-    """The runs without a judge, then each judge head's runs (the shipped head's first), each
-    group in the order of `names` (then as recorded), so that a file holding several judges
-    reads as one table."""
+    """The runs without a judge, then each judge head's (the shipped one first), each group in the
+    order of `names` and then as recorded, so a file holding several judges reads as one table."""
     def key(item):
         name, r = item
         judge = _judge_of(r["spec"])
@@ -285,16 +265,13 @@ def recorded_qualities(result: dict) -> dict[str, Quality]:
 
 
 def same_draft_sd(name: str, runs: dict[str, Quality]) -> Quality | None:
-    """The standard-SD run with the draft that run `name` uses: `eagle SD` for the EAGLE-1 chain's
-    runs (named `eagle ...`), `standard SD` (the 2-layer draft) for the others."""
+    """The standard-SD run with `name`'s draft: `eagle SD` for `eagle ...` runs, else `standard SD`."""
     return runs.get("eagle SD" if name.startswith("eagle ") else "standard SD")
 
 
 def format_quality(runs: dict[str, Quality]) -> str:
-    """A markdown table: tokens per target forward, tokens and target forwards per answer (both
-    speeds also as multiples of standard SD's with the same draft), the share of all questions
-    answered right (and its distance from the target's, in points), and the accuracy by kind.
-    `draft only` makes no target forwards, so it has no forwards per answer."""
+    """A markdown table: tokens per target forward, tokens and forwards per answer (speeds also as
+    multiples of same-draft standard SD's), accuracy (also against the target's, in points), by kind."""
     kinds = sorted(next(iter(runs.values())).correct)
     target = runs.get("target only")
     lines = ["| run | tok/fwd | x SD | tok/answer | fwd/answer | x SD | accuracy | vs target (points) | "
@@ -324,11 +301,8 @@ def judge_runs(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE) -> list[str
 
 
 def judge_bar(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE, points: float = 5.0) -> str:
-    """Judge Decoding's bar read off a sweep, in one sentence: the judge's run with the most tokens
-    per forward whose accuracy stays within `points` of the target's, as a multiple of standard
-    SD's tokens per forward, the Top-K run nearest to it in tokens per forward, and what one
-    answer costs that run and standard SD in target forwards (a rule that lengthens answers
-    raises its tokens per forward without saving forwards)."""
+    """Judge Decoding's bar in one sentence: the judge run with the most tokens per forward within
+    `points` of the target's accuracy, beside standard SD, the nearest Top-K and forwards per answer."""
     if "target only" not in runs or "standard SD" not in runs:
         return "the sweep has not yet run the target alone and standard SD, which the bar is measured against"
     target, sd = runs["target only"].mean_accuracy, runs["standard SD"]

@@ -1,17 +1,7 @@
-"""Checkable tasks: questions generated from a seed whose answers a program can check.
-
-A lossy method (Judge Decoding, Top-K verification) changes what the target writes, so its
-quality has to be measured, and at the lab's scale (a 135M target) only on questions the target
-actually gets right often enough: a comparison where the target scores zero shows nothing. Two
-digit sums, times tables and sorting were tried and dropped after a one-off check in which the
-target got almost none right.
-
-Every kind has a fixed space of distinct questions, cut once into two halves: the `judge` half
-gives the judge head its labels (planted and mined, lab/train/judge.py), the `evaluation` half
-is what notebook 07 measures quality on. No evaluation question is ever a training question
-(not even a repeat of one under another id), so the quality figures are for questions the
-judge has never seen. Notebook 07 prints the target's and the 2-layer draft's accuracy per kind.
-"""
+"""Checkable tasks: questions generated from a seed whose answers a program can check, to measure
+what a lossy rule costs in quality; the kinds are ones the 135M target often gets right (at zero a
+comparison shows nothing). Each kind's questions are cut once into two halves: `judge` gives the
+judge head its labels, `evaluation` is what notebook 07 measures, so no question is in both."""
 from __future__ import annotations
 
 import random
@@ -50,8 +40,7 @@ PLURALS = {"child": "children", "mouse": "mice", "foot": "feet", "tooth": "teeth
            "tomato": "tomatoes", "hero": "heroes", "life": "lives", "shelf": "shelves", "story": "stories",
            "glass": "glasses", "thief": "thieves"}
 SPLITS = ("judge", "evaluation")
-# questions per kind the judge's labels come from (all of the judge half but for the two
-# numeric kinds, whose halves hold 40 and 24)
+# questions per kind the judge's labels come from: every kind's whole judge half (the largest holds 40)
 JUDGE_TASKS_PER_KIND = 40
 
 
@@ -100,8 +89,7 @@ KINDS = ("addition", "conversion", "weekday", "opposite", "plural", "capital")
 
 
 def question_space(kind: str, split: str) -> list[Task]:
-    """One half of a kind's questions: the same cut for every seed, so that the halves never share
-    a question."""
+    """One half of a kind's questions, cut the same way for every seed: the halves share no question."""
     questions = _questions(kind)
     order = list(range(len(questions)))
     random.Random(f"split:{kind}").shuffle(order)
@@ -111,8 +99,8 @@ def question_space(kind: str, split: str) -> list[Task]:
 
 
 def make_tasks(kinds: list[str] | None = None, per_kind: int = 20, seed: int = 0, split: str = "judge") -> list[Task]:
-    """Up to `per_kind` distinct questions of each kind from one half of its questions (`judge`:
-    the judge head's labels; `evaluation`: quality), the same for the same seed."""
+    """Up to `per_kind` distinct questions of each kind from one half (`judge` or `evaluation`), the
+    same for the same seed; LabError for an unknown kind or split."""
     kinds = kinds or list(KINDS)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
@@ -138,10 +126,8 @@ def humaneval_program(problem: dict, answer: str) -> str:
 
 
 def question_and_check(item: Task | dict) -> tuple[str, str, Callable[[str], bool]]:
-    """A checkable item's kind, the question the target is asked, and the check of an answer's
-    text: a `Task`'s own check, or a HumanEval problem's tests run on the answer in the sandbox.
-    Shared by `answer_quality` and the mined judge labels (lab/judge/labels.py), so that both call the
-    same answer correct."""
+    """A checkable item's kind, question and answer check: a `Task`'s own, or a HumanEval problem's
+    tests in the sandbox. `answer_quality` and the mined labels share it to agree on correctness."""
     if isinstance(item, dict):
         return "humaneval", HUMANEVAL_INSTRUCTION + item["prompt"], \
             lambda text: run_python(humaneval_program(item, text)).passed

@@ -1,13 +1,10 @@
 """`python -m lab.kernels.bench`: time the Triton kernels against vectorised PyTorch.
 
-Chain verification (B in {1, 64, 1024}, K in {4, 8}, V = 49152) against a batched,
-vectorised PyTorch version of the same rule (and, for B = 64, K = 8, `torch.compile` of it);
-tree attention (B = 1, prefix 512 and 2048, N in {16, 64}) against PyTorch's
-scaled-dot-product attention with a dense mask. Each row reports the time, the bytes the
-algorithm must move, and the time those bytes take at the device's measured copy bandwidth.
-Absolute times only mean something on a GPU; in the CPU interpreter this checks nothing but
-that the script runs (use --quick there).
-"""
+Chain verification (B in {1, 64, 1024}, K in {4, 8}, V = 49152) against a vectorised PyTorch version
+of the same rule (for B = 64, K = 8 also `torch.compile` of it); tree attention (B = 1, prefix 512 and
+2048, N in {16, 64}) against scaled-dot-product attention with a dense mask. Each row reports the
+time, the bytes the algorithm must move and their time at the device's copy bandwidth. Times mean
+something on a GPU only; in the CPU interpreter (use --quick) this checks that the script runs."""
 from __future__ import annotations
 
 import argparse
@@ -28,7 +25,7 @@ from .tree_attention import ancestor_bits, tree_attention
 
 
 def chain_reference_vectorised(draft, q, p, uniforms, noise):
-    """The chain rule of lab.verify for a whole batch at once, in PyTorch (no Python loop)."""
+    """lab/verify/lossless.py's `verify_chain` for a whole batch at once, vectorised in PyTorch."""
     b, k = draft.shape
     rows = torch.arange(b, device=p.device)
     px = p[:, :k].gather(-1, draft[..., None]).squeeze(-1)

@@ -1,16 +1,9 @@
-"""Batched chain verification in Triton, one program per row (sequence).
-
-Stochastic rule (matches `lab.verify.verify_chain` bit for bit):
-  * accept draft x at position i iff q(x) > 0 and u*q(x) < p(x): one multiply, no division
-    (Triton's fp32 division is approximate on GPUs; the multiply is exact everywhere);
-  * only p and q *at the drafted tokens* are read until the deciding position n;
-  * at n, one exponential race over the vocabulary, block by block, never normalising:
-    weights max(0, p - q) after a rejection (p with the draft zeroed for one-hot drafts),
-    p itself for the bonus; an all-zero residual falls back to a race over p. Scores use
-    round-to-nearest division (div_rn), as torch does, and ties go to the lowest id.
-Greedy rule (matches `lab.verify.verify_chain_greedy`): argmax of each target row, computed
-only while the drafts keep matching.
-"""
+"""Batched chain verification in Triton, one program per row (sequence), bit for bit the rules of
+lab/verify/lossless.py. Stochastic (`verify_chain`): the test u*q(x) < p(x) is a multiply (Triton's
+fp32 division is approximate on GPUs); only p and q at the drafted tokens are read up to the deciding
+position, where one exponential race runs over the vocabulary block by block, unnormalised, dividing
+round-to-nearest (div_rn) as torch does, ties to the lowest id. Greedy (`verify_chain_greedy`): each
+target row's argmax, computed only while the drafts keep matching."""
 from __future__ import annotations
 
 import torch
@@ -149,9 +142,9 @@ def _outputs(b: int, k: int, device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def verify_chain_batched(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, uniforms: torch.Tensor,
                          noise: torch.Tensor, block_v: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """draft [B, K] int; q [B, K, V] fp32 or None (one-hot drafts); p [B, K+1, V] fp32;
-    uniforms [B, K] fp32; noise [B, V] fp32 Exp(1). Returns (n_accepted [B] int32,
-    tokens [B, K+1] int64: accepted drafts, then the residual or bonus token, then -1)."""
+    """draft [B, K] int; q [B, K, V] fp32 or None (one-hot drafts); p [B, K+1, V] fp32; uniforms
+    [B, K] fp32; noise [B, V] fp32 Exp(1); all contiguous on one device, else ValueError. Returns
+    (n_accepted [B] int32, tokens [B, K+1] int64: accepted drafts, residual or bonus token, -1s)."""
     _check("draft", draft, 2, (torch.int64, torch.int32))
     _check("p", p, 3, torch.float32)
     _check("uniforms", uniforms, 2, torch.float32)

@@ -1,12 +1,7 @@
-"""Batched verification of EAGLE draft trees in Triton, one program per tree.
-
-Matches `lab.verify.verify_tree` / `verify_tree_greedy` bit for bit. Children are one-hot
-(deterministic top-k) drafts with distinct tokens, so the rejected siblings' probabilities
-never need materialising: the remaining mass is one fp32 number (1 minus the rejected
-siblings' p), acceptance is p(x) > 0 and u * mass < p(x), and only when every child of a node
-fails is the full row read, for one exponential race with those siblings zeroed.
-Nodes are in parents-first order and node 0 is the root.
-"""
+"""Batched verification of EAGLE draft trees in Triton, one program per tree, bit for bit
+`verify_tree` / `verify_tree_greedy` of lab/verify/lossless.py. Children are one-hot drafts with
+distinct tokens, so the remaining mass is one fp32 number (1 minus the rejected siblings' p), and a
+full row is read only when every child of a node fails, for one race with those siblings zeroed."""
 from __future__ import annotations
 
 import torch
@@ -133,10 +128,10 @@ def _outputs(b: int, n: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.
 
 def verify_tree_batched(tokens: torch.Tensor, parents: torch.Tensor, p: torch.Tensor, uniforms: torch.Tensor,
                         noise: torch.Tensor, block_v: int = 1024):
-    """tokens, parents [B, N] (node 0 the root); p [B, N, V] fp32; uniforms [B, N]; noise [B, V].
-    Returns (length [B] int32, path [B, N] node ids, tokens [B, N]); row i's emitted tokens are
-    tokens[i, :length[i]] (accepted drafts then the residual or bonus token), its accepted
-    nodes path[i, :length[i]] (root first); the rest is -1."""
+    """tokens, parents [B, N] (node 0 the root, parents first, siblings' tokens distinct: ValueError
+    otherwise); p [B, N, V] fp32; uniforms [B, N]; noise [B, V]. Returns (length [B] int32, path
+    [B, N] node ids, tokens [B, N]): row i emits tokens[i, :length[i]] (accepted drafts, then the
+    residual or bonus token) and accepts nodes path[i, :length[i]] (root first); the rest is -1."""
     b, n, v = _check_tree(tokens, parents, p, "p")
     _check("uniforms", uniforms, 2, torch.float32)
     _check("noise", noise, 2, torch.float32)

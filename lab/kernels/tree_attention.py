@@ -1,12 +1,7 @@
-"""Tree-masked attention for the verification forward, in Triton.
-
-Queries are the N tree nodes; keys and values are the cached prefix (P positions, all
-visible) followed by the N tree nodes, of which node i sees only its ancestors and itself.
-The mask is not a dense [N, N] float tensor but an ancestor bitmask: `words` 64-bit words per
-node, bit j of node i set iff j is i or an ancestor of i (one word covers trees of up to 64
-nodes). Grouped-query attention: query head h reads KV head h // (H / H_kv), as in the
-target (9 query heads, 3 KV heads). Online softmax over key blocks (flash-attention style).
-"""
+"""Tree-masked attention for the verification forward, in Triton. Queries are the N tree nodes; keys
+and values the cached prefix (P positions, all visible) followed by the N nodes, of which node i sees
+only itself and its ancestors, given as an ancestor bitmask (`ancestor_bits`), not a dense mask.
+Grouped-query attention (query head h reads KV head h // (H / H_kv)); online softmax by key block."""
 from __future__ import annotations
 
 import math

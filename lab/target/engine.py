@@ -1,15 +1,8 @@
-"""The target forward with a KV cache: the one forward every method shares.
-
-`Engine` wraps a transformers `LlamaForCausalLM` and a `DynamicCache`. It can score several
-new positions in one call (verification), take a custom attention mask among the new
-positions (tree drafts), crop or compact the cache to the accepted positions, and return the
-hidden states of chosen layers (EAGLE's features). AR decoding, two-model speculative
-decoding and the draft model itself all go through it, so a faster forward helps all alike.
-
-`lab.target.load.engine_for(model)` picks the forward for a model's dtype: float32 runs here, on
-transformers (the reference, and the default: the shipped heads were trained on its features);
-bfloat16 runs on lab/target/exact.py's `ExactEngine`, which is batch-invariant and so exact, and faster.
-"""
+"""The target forward with a KV cache, shared by every method. `Engine` wraps a transformers
+`LlamaForCausalLM` and `DynamicCache`: it scores several new positions in one call, optionally
+masked among them (trees), crops or compacts the cache to the accepted positions and returns chosen
+layers' hidden states (EAGLE's features). It is the float32 reference the shipped heads were trained
+on; `lab.target.load.engine_for` runs a bfloat16 model on the CPU on exact.py's `ExactEngine`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,9 +18,8 @@ class Scored:
 
 
 def allowed_keys(mask: torch.Tensor | None, n: int, cached: int) -> torch.Tensor:
-    """bool [n, cached + n]: which keys each of n new positions may attend to, from the `mask`
-    a forward takes (None: a causal chain; [n, n] among the new positions, the cached prefix
-    visible; or [n, cached + n] as is)."""
+    """bool [n, cached + n]: the keys each new position may see, from a forward's `mask`: None (a
+    causal chain), [n, n] (among the new ones, prefix visible) or [n, cached + n], else ValueError."""
     if mask is None:
         return torch.ones(n, cached + n, dtype=torch.bool).tril(cached)
     if mask.shape == (n, n):
@@ -38,11 +30,8 @@ def allowed_keys(mask: torch.Tensor | None, n: int, cached: int) -> torch.Tensor
 
 
 class Engine:
-    """A model plus its KV cache for one sequence (batch size 1).
-
-    `hidden_layers` uses transformers' convention: index 0 is the embedding output, index i
-    the input of decoder layer i, index N the final normed feature that feeds the LM head.
-    """
+    """A model plus its KV cache for one sequence (batch size 1). `hidden_layers` index as in
+    transformers: 0 the embedding output, i decoder layer i's input, N the final normed feature."""
 
     def __init__(self, model: LlamaForCausalLM):
         self.model = model
@@ -57,18 +46,11 @@ class Engine:
     def forward(self, tokens: list[int] | torch.Tensor | None, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
                 last_only: bool = False, embeds: torch.Tensor | None = None, logits: bool = True) -> Scored:
-        """Score `tokens` appended after the cached prefix (or, with tokens=None, input
-        vectors `embeds` [n, H]: an EAGLE head feeds fused features, not token ids).
-
-        mask: optional bool [n, n], True where new position i may attend to new position j
-        (the cached prefix is then always visible), or [n, cached + n] to also hide cached
-        positions (a draft expanding a tree it has partly fed already); positions: optional [n] absolute positions (for
-        trees, prefix length + depth). Without them the new positions are a causal chain.
-        last_only: compute logits for the last position only (prefill, drafting); the
-        49k-way LM head over a whole prompt would otherwise cost more than the layers.
-        logits=False skips the LM head altogether (logits None): a caller that applies its own
-        head (an EAGLE draft over a reduced vocabulary) only needs the hidden states.
-        """
+        """Score `tokens` after the cached prefix, or with tokens=None input vectors `embeds` [n, H]
+        (an EAGLE head's fused features). `mask`: see `allowed_keys`; `positions` [n]: absolute
+        positions (trees: prefix length + depth), by default a causal chain. `last_only`: the last
+        position's logits only (the 49k-way LM head over a prompt costs more than the layers);
+        `logits=False`: no LM head (logits None). Logits are float32, [n, V] or [1, V]."""
         device = self.model.device
         if embeds is None:
             kwargs = {"input_ids": torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1).to(device)}
@@ -82,8 +64,7 @@ class Engine:
             kwargs["attention_mask"] = float_mask[None, None].to(device)
         if positions is None:
             positions = torch.arange(self.length, self.length + n)
-        # the top feature is the base model's own output; asking transformers to capture every
-        # layer's hidden state instead made a 4-token forward about 20 ms slower in a one-off timing
+        # the top feature is the base model's own output: capturing every layer's is slower
         top_only = set(hidden_layers) <= {self.model.config.num_hidden_layers}
         out = self.model.model(cache=self.cache, use_cache=True, position_ids=positions.reshape(1, -1).to(device),
                                output_hidden_states=not top_only, **kwargs)
@@ -102,9 +83,8 @@ class Engine:
             self.length = length
 
     def keep(self, start: int, indices: list[int]) -> None:
-        """Compact the cache: keep positions [0, start) plus start + indices (an accepted
-        tree path), in that order. Each layer's keys and values are index-selected, unless the
-        path is a plain prefix of the new positions: then a crop does (no copy)."""
+        """Keep positions [0, start) plus start + indices (an accepted tree path), in that order: a
+        crop when the path is a prefix of the new positions, else an index-select per layer."""
         if list(indices) == list(range(len(indices))):
             self.crop(start + len(indices))
             return

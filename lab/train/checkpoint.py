@@ -15,17 +15,15 @@ CHECKPOINT_SECONDS = 60
 
 
 class Checkpoint:
-    """What a training run needs to go on after an interruption: the tensors it trains, the
-    optimiser, the random state that orders its data, and its progress (step, seconds spent,
-    loss history). `shape` records what the run is (target size, variant, data); a resume
-    with another shape is refused, since loading it would quietly train something else."""
+    """What a run needs to go on after an interruption: trained tensors, optimiser, data-order random
+    state, progress. Resuming with another `shape` is refused: it would quietly train something else."""
 
     def __init__(self, path: Path, shape: dict) -> None:
         self.path, self.shape, self.last_save = path, shape, time.perf_counter()
 
     def resume(self, model: torch.nn.Module, optim: torch.optim.Optimizer, rng: random.Random) -> dict | None:
-        """Load the checkpoint into `model`, `optim` and `rng`; return its progress, or None
-        when there is no checkpoint."""
+        """Load the checkpoint into `model`, `optim` and `rng` and return its progress; None without a
+        checkpoint, LabError for one of another shape or format."""
         if not self.path.exists():
             return None
         state = torch.load(self.path, weights_only=False, map_location="cpu")  # a GPU run resumes anywhere
@@ -49,5 +47,5 @@ class Checkpoint:
         self.last_save = time.perf_counter()
 
     def finish(self) -> None:
-        """A finished run's checkpoint is no longer needed: its result is written."""
+        """Delete the checkpoint of a run whose result is written."""
         self.path.unlink(missing_ok=True)

@@ -1,11 +1,7 @@
-"""`python -m lab train draft --layers N`: distil a small draft LM from the target.
-
-The draft starts as the target's first N layers plus its final norm, sharing (and freezing)
-the target's embedding and LM head. It is trained with cross-entropy on the response tokens
-of the regenerated ShareGPT set: those tokens are the target's own greedy choices, so this is
-top-1 distillation without running the target during training. Training is bounded by wall
-time (a CPU budget) or by `--max-steps`, checkpoints periodically and can resume (`lab.train.loop`).
-"""
+"""`python -m lab train draft --layers N`: distil a small draft LM from the target. The draft starts
+as the target's first N layers and final norm, sharing (frozen) its embedding and LM head, and is
+trained with cross-entropy on the regenerated set's response tokens, the target's own greedy
+choices: top-1 distillation without running the target during training."""
 from __future__ import annotations
 
 import json
@@ -49,9 +45,8 @@ def _batch(seqs: list[tuple[np.ndarray, int]], pad: int) -> tuple[torch.Tensor, 
 
 def _loss(model, input_ids, mask, labels, fraction: float = 1.0,
           generator: torch.Generator | None = None) -> torch.Tensor:
-    """Cross-entropy on (a random `fraction` of) the labelled positions. The frozen 49k-way
-    LM head dominates the cost of a small draft's step, so scoring a quarter of the positions
-    buys about three times as many optimiser steps per CPU-minute."""
+    """Cross-entropy on (a random `fraction` of) the labelled positions: the frozen LM head dominates
+    a small draft's step, so scoring fewer positions buys more optimiser steps per minute."""
     hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
     keep = labels != -100
     if fraction < 1.0:
@@ -61,8 +56,7 @@ def _loss(model, input_ids, mask, labels, fraction: float = 1.0,
 
 @torch.inference_mode()
 def top1_agreement(model, seqs: list[tuple[np.ndarray, int]], pad: int, batch: int = 8) -> float:
-    """Fraction of held-out response positions where the model's argmax is the target's
-    greedy token (the next token of the regenerated response)."""
+    """The share of response positions where the model's argmax is the target's greedy token."""
     hits = total = 0
     for start in range(0, len(seqs), batch):
         input_ids, mask, labels = _batch(seqs[start: start + batch], pad)
@@ -74,9 +68,9 @@ def top1_agreement(model, seqs: list[tuple[np.ndarray, int]], pad: int, batch: i
 
 
 def train_draft(opts: DraftOptions, target=None, data=None, out: Path | None = None) -> Path:
-    """Distil an `opts.layers` draft for `opts.minutes` of wall time (or `opts.max_steps` steps) and
-    write it in fp16 with its manifest to `out` (default data/drafts/). `target` and `data` default
-    to the real target and the shipped regenerated set (tests pass small ones)."""
+    """Distil an `opts.layers` draft for `opts.minutes` or `opts.max_steps` steps and write it in fp16
+    with its manifest to `out` (default data/drafts/); `target` and `data` default to the real ones.
+    LabError without `opts.layers`."""
     if opts.layers is None:
         raise LabError("`train draft` needs --layers N (1, 2 or 4)")
     rng, generator = seeded(opts.seed)

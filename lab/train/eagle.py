@@ -1,17 +1,7 @@
-"""`python -m lab train eagle1`: train an EAGLE head on the target's features.
-
-Three steps, each resumable:
-1. Features: the target runs once over every regenerated sequence and its top feature at
-   every position is cached (`lab.train.features`). Training then never runs the 30-layer
-   target, only the one-layer head.
-2. Training: pair t = (f_t + noise, x_{t+1}) -> predicted f_{t+1}. Loss = smooth-L1 between
-   predicted and true feature (weight 1; 0 for the token-only head) + 0.1 x cross-entropy of
-   the draft distribution (frozen LM head on the predicted feature) against the target's
-   distribution (LM head on the true feature), on response positions. AdamW, gradient
-   clipping, wall-clock budget, periodic checkpoints.
-3. Evaluation on the held-out prompts by the one evaluator of every head kind
-   (`lab.train.evaluate`), written into the manifest under "evaluation".
-"""
+"""`python -m lab train eagle1`: an EAGLE head on the target's cached features (`lab.train.features`).
+Pair t = (f_t + noise, x_{t+1}) predicts f_{t+1}; loss = smooth-L1 to the true feature (weight 1; 0
+for the token-only head) + CE_WEIGHT x the soft cross-entropy of the draft distribution against the
+target's (the frozen LM head on the predicted and on the true feature), on response positions."""
 from __future__ import annotations
 
 import json
@@ -40,13 +30,12 @@ NOISE = 0.1            # uniform noise U(-NOISE, NOISE) added to input features 
 CE_WEIGHT = 0.1
 
 
-# ---- 2. training ----------------------------------------------------------------------
+# ---- training -------------------------------------------------------------------------
 
 def _batch(items: list[tuple[np.ndarray, np.ndarray, int]]):
-    """(ids, features, prompt length) -> padded pairs: input features [B, P, F], next tokens
-    [B, P], true next features [B, P, H], padding mask [B, P], loss mask [B, P].
-    Pair i predicts f_{i+1} (and through it token i+2); it is scored when token i+2 would be
-    a response token."""
+    """(ids, features, prompt length) -> padded pairs: input features [B, P, F], next tokens [B, P],
+    true next features [B, P, H], padding mask [B, P], loss mask [B, P]. Pair i predicts f_{i+1}
+    (and through it token i+2) and is scored where token i+2 is a response token."""
     rows = []
     for ids, feats, prompt_len in items:
         cut = max(0, len(ids) - MAX_LEN)
@@ -87,21 +76,10 @@ def head_loss(head: EagleHead, batch, feature_weight: float, ce_fraction: float 
 
 
 def train_head(opts: Eagle1Options, target=None, data: RegenSet | None = None, out: Path | None = None) -> Path:
-    """Train an EAGLE head for `opts.minutes` of wall time (or exactly `opts.max_steps` steps, with
-    the cosine over steps: heads compared at equal steps) and write it (fp16) with its manifest to
-    `out` (default data/eagle/NAME.safetensors, NAME the options' name or else the variant).
-
-    `sampled`: train and evaluate on the answers sampled at T = 1 (`lab data build --sampled`)
-    instead of the greedy ones. `train_prompts`: only the first N training prompts of that set
-    (notebook 04 trains on the same prompts with greedy and with sampled answers).
-    `replies`: also train on at least this many tokens of ShareGPT's original replies
-    (`sharegpt_replies`: more data without generating it); `reply_feature_dtype="bfloat16"`
-    computes their features with a bfloat16 copy of the target, much faster on a CPU with
-    matrix units and close to float32 next to the NOISE added to every input feature in
-    training. The regenerated set, and so every held-out evaluation, stays float32.
-    `init`: start from this trained head's weights (its manifest is kept inside the new one).
-    `device="cuda"`: features and training on a GPU; the head is evaluated and saved from the
-    CPU. `eval_prompts=0` skips the held-out evaluation (`python -m lab evaluate` adds it)."""
+    """Train an EAGLE head as `opts` (`Eagle1Options`) say for `opts.minutes` or `opts.max_steps` steps
+    and write it (fp16) with its manifest to `out` (default data/eagle/NAME.safetensors, NAME
+    `opts.name` or the variant). Reply features may be bfloat16; the regenerated set, and so every
+    held-out evaluation, stays float32. The head is evaluated (unless `eval_prompts=0`) on the CPU."""
     commit = git_commit()  # the code that trains, not whatever is checked out when it ends
     variant, replies, dtype, sampled = opts.variant, opts.replies, opts.reply_feature_dtype, opts.sampled
     device = resolve_device(opts.device)
@@ -113,11 +91,9 @@ def train_head(opts: Eagle1Options, target=None, data: RegenSet | None = None, o
     init = head_path(opts.init) if opts.init else None
     head = (load_head(target, path=init) if init is not None else EagleHead(target, variant)).to(device)
     init_record = started_from(init)  # read now: `out` may be `init` and is overwritten
-    # ShareGPT's replies: to the prompts after the full regenerated set, whatever `data` is
     texts = [data] + ([sharegpt_replies(replies)] if replies else [])
     sources = list(zip(texts, source_features(target, texts, head.feature_layers, dtype)))
     feats = sources[0][1]
-    # every training sequence as (source, index, prompt length)
     train = training_items([d for d, _ in sources], opts.train_prompts)
     heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:opts.eval_prompts]
     feature_weight = 0.0 if variant == "token-only" else 1.0

@@ -1,24 +1,8 @@
-"""`python -m lab train eagle3`: an EAGLE-3 head trained with training-time test.
-
-1. Features: the target's hidden states entering layers 2, 15 and 27 (the head's input) and its
-   top feature (whose LM head gives the target's distribution, the label) at every position,
-   cached in fp16 by `target_features` (about 4.6 KB per position; the size and folder are
-   printed, and a short disk fails before the first chunk).
-2. Training-time test (`lab.train.ttt`): `Eagle3Head.unrolled` runs S draft steps (default 7) at once over every
-   chain that has a scored step (`chain_rows`: the response and the S - 1 positions before it;
-   the rest of the prompt is only attended to); step s feeds the head's own output state of
-   step s-1 and is scored against the target's distribution of token t+2+s restricted to the
-   draft vocabulary (renormalised), where that token is a response token and the target's
-   argmax lies inside the vocabulary (computed once per sequence: `target_argmax`).
-   Loss = sum over steps of 0.8^s x the step's mean soft cross-entropy, trained by `lab.train.loop`.
-3. Evaluation on the held-out prompts by the one evaluator of every head kind
-   (`lab.train.evaluate`), written into the manifest under "evaluation".
-
-Under `torchrun --nproc_per_node N` the same command trains with DistributedDataParallel (gloo
-on a CPU, NCCL on a GPU): every rank draws the same global batch and computes its own share of
-it, reading only those sequences' features; the loss is normalised by the global position
-counts, so N processes take the steps one process would with the same global batch.
-"""
+"""`python -m lab train eagle3`: an EAGLE-3 head trained with training-time test (`lab.train.ttt`) on
+the target's cached states entering layers 2, N/2 and N-3 and its top feature (the label's source).
+Under `torchrun --nproc_per_node N` it trains with DistributedDataParallel (gloo on CPUs, NCCL on
+GPUs): every rank draws the same global batch and computes its own share, and the loss is
+normalised by the global position counts, so N processes take the steps one process would."""
 from __future__ import annotations
 
 import json
@@ -65,10 +49,9 @@ def training_vocabulary(sources: list[RegenSet], size: int) -> torch.Tensor:
 
 
 def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int, taps: str = "fused"):
-    """(ids, cached taps [L, 4H], prompt length) -> input features [B, T, 3H] (taps="top":
-    the top feature [B, T, H]), tokens [B, T]
-    (tokens[:, t] = x_{t+1}), the top feature at t+1 [B, T, H], padding [B, T] and the first
-    index whose step-0 prediction (x_{t+2}) is a response token [B]. T = pairs = L - 1."""
+    """(ids, cached taps [L, 4H], prompt length) -> input features [B, T, 3H] ([B, T, H] for
+    taps="top"), tokens [B, T] (tokens[:, t] = x_{t+1}), the top feature at t+1 [B, T, H], padding
+    [B, T] and the first index whose step-0 prediction x_{t+2} is a response token [B]; T = L - 1."""
     rows = []
     for ids, feats, prompt_len in items:
         cut = max(0, len(ids) - MAX_LEN)
@@ -93,11 +76,9 @@ def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int, tap
 
 def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None, out: Path | None = None,
                  progress: bool = True) -> Path:
-    """Train an EAGLE-3 head as `opts` say (`Eagle3Options` gives each option's meaning) for
-    `opts.minutes` of wall time, or exactly `opts.max_steps` steps, and write it (fp16) with its
-    manifest to `out` (default data/eagle/NAME.safetensors, NAME the options' name or eagle3).
-    `feature_loss`: see `ttt_loss`. Under
-    torchrun each rank trains on its own device and share; rank 0 evaluates (on the CPU) and writes."""
+    """Train an EAGLE-3 head as `opts` (`Eagle3Options`) say for `opts.minutes` or `opts.max_steps`
+    steps and write it (fp16) with its manifest to `out` (default data/eagle/NAME.safetensors, NAME
+    `opts.name` or eagle3). Under torchrun each rank trains its share; rank 0 evaluates and writes."""
     commit = git_commit()
     rank, world, device = processes(opts.device)
     rng = seeded(opts.seed)[0]

@@ -1,26 +1,9 @@
-"""`python -m lab evaluate NAME`: the one held-out evaluator of every draft head.
-
-Every head kind is scored by the same code on the same positions of the same prompts:
-
-- **Prompts.** The unique prompts among the first 64 held-out sequences of the regenerated set
-  (`unique_heldout`: ShareGPT repeats prompts word for word, so 14 of the 64 also occur among
-  the training prompts; 50 remain).
-- **Positions.** A chain is rooted at every true pair t (the feature at t and token t+1); its
-  draft at depth d predicts token t+1+d. Depth d of a chain is scored where that token is a
-  response token of the whole, uncut sequence: the head reads the full context, as it does
-  when it drafts.
-- **Vocabulary.** Each head is scored over the vocabulary it drafts over: an EAGLE-1 head reads
-  out through the target's LM head (all 49,152 tokens); an EAGLE-3 head over its own draft
-  vocabulary, where a true token outside it counts as a miss.
-- **Figures, per depth d**, each with its count of chains and a Wilson 95% interval: top-1
-  agreement with the target's greedy token (the earlier tokens fed are the true ones); chain
-  acceptance P(depths 1..d all right); and n-alpha, the share right at depth d among chains
-  right at depths 1..d-1, reported only where at least `MIN_CHAINS` such chains remain.
-
-Every report carries `EVALUATOR_VERSION`, so a figure from an older evaluator can be told apart.
-Version 1 (the EAGLE-3 evaluator before it) graded a sequence longer than the training cut
-(320 tokens) against tokens up to 138 positions earlier than those its head predicted.
-"""
+"""`python -m lab evaluate NAME`: the one held-out evaluator of every head kind, on the unique
+prompts among the first HELDOUT_PROMPTS held-out sequences. A chain rooted at true pair t drafts
+token t+1+d at depth d, scored where that is a response token of the uncut sequence, over the
+vocabulary the head drafts over. Per depth, with chain counts and Wilson 95% intervals: top-1
+agreement, chain acceptance P(depths 1..d right), and n-alpha, right at d among chains right at
+1..d-1 (given at least MIN_CHAINS). Reports carry `EVALUATOR_VERSION` to tell evaluators apart."""
 from __future__ import annotations
 
 import time
@@ -64,10 +47,9 @@ def evaluation_layers(head: EagleHead | Eagle3Head) -> tuple[int, ...]:
 # ---- each head kind's drafts, by chain root ------------------------------------------------
 
 def unroll_mask(pairs: int, steps: int) -> torch.Tensor:
-    """bool [steps*P, steps*P] over blocks 0..steps-1 of P pairs. Block 0 is teacher-forced
-    (causal). Block s at position i is the s-th self-fed step of a chain that started after
-    true pair i-s: it sees true pairs <= i-s and, in each block 1..s, the one chain member
-    on its diagonal (position i-s+r in block r)."""
+    """bool [steps*P, steps*P] over blocks 0..steps-1 of P pairs. Block 0 is teacher-forced (causal);
+    block s at position i is the s-th self-fed step of the chain rooted at true pair i-s: it sees true
+    pairs <= i-s and, in each block 1..s, its one chain member (position i-s+r in block r)."""
     n = steps * pairs
     mask = torch.zeros(n, n, dtype=torch.bool)
     idx = torch.arange(pairs)
@@ -85,10 +67,9 @@ def unroll_mask(pairs: int, steps: int) -> torch.Tensor:
 @torch.no_grad()
 def unrolled_predictions(head: EagleHead, features: torch.Tensor, tokens: torch.Tensor,
                          steps: int) -> list[torch.Tensor]:
-    """For one sequence (features [T, F], tokens [T]): an EAGLE-1 head's predicted features
-    [P, H] (P = T-1 pairs) at draft depth 1..steps. At depth s+1, row i predicts f_{i+1} after
-    the head consumed its own predictions for features i-s+1 .. i (true tokens throughout: the
-    drafts before it were accepted). Rows i < s have no such chain and are meaningless."""
+    """An EAGLE-1 head's predicted features [P, H] (P = T-1 pairs) for one sequence (features [T, F],
+    tokens [T]) at draft depth 1..steps: at depth s+1 row i predicts f_{i+1} from its own predictions of
+    features i-s+1..i and the true tokens. Rows i < s have no such chain and are meaningless."""
     pairs = len(tokens) - 1
     inputs = [features[:-1]]
     preds: list[torch.Tensor] = []
@@ -126,9 +107,8 @@ def draft_states(head: EagleHead | Eagle3Head, ids: np.ndarray, feats: np.ndarra
 # ---- the figures ---------------------------------------------------------------------------
 
 class DepthTally:
-    """Counts by depth over chains rooted at every position: top-1 hits, chain hits (depths
-    1..d right), and n-alpha's hits among chains right up to d-1. Chain acceptance and n-alpha
-    at depth d count only chains that reach depth d, so n-alpha is a true conditional frequency."""
+    """Counts by depth of the module's figures over chains rooted at every position; chain acceptance
+    and n-alpha at depth d count only chains that reach depth d (a true conditional frequency)."""
 
     def __init__(self, depths: int):
         self.top1, self.scored = np.zeros(depths, np.int64), np.zeros(depths, np.int64)
@@ -207,7 +187,7 @@ def evaluate(head: EagleHead | Eagle3Head, data: RegenSet, feats: FeatureSet, in
 
 def heldout_evaluation(head: EagleHead | Eagle3Head, data: RegenSet, feats: FeatureSet,
                        first: int = HELDOUT_PROMPTS) -> dict:
-    """The held-out report of `head`: `evaluate` on `heldout_indices(data, first)`."""
+    """`evaluate` on `heldout_indices(data, first)`; LabError if there is no such prompt."""
     began = time.perf_counter()
     indices = heldout_indices(data, first)
     if not indices:
@@ -220,9 +200,8 @@ def heldout_evaluation(head: EagleHead | Eagle3Head, data: RegenSet, feats: Feat
 # ---- saved heads ---------------------------------------------------------------------------
 
 def evaluate_saved_head(path: Path, target=None, data: RegenSet | None = None, prompts: int = HELDOUT_PROMPTS) -> dict:
-    """Score the head saved at `path` on the held-out prompts and write the report, with the command,
-    commit and machine that produced it, into its manifest under "evaluation". A head trained on the
-    answers sampled at T = 1 is scored on that set's answers."""
+    """Score the head saved at `path` on the held-out prompts (the sampled set's if it trained on
+    it) and write the report, with command, commit and machine, into its manifest (LabError if none)."""
     manifest_path = path.with_suffix(".json")
     manifest = read_results(manifest_path)
     if manifest is None:

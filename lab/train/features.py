@@ -1,9 +1,6 @@
-"""The target's hidden states at every position of a regenerated set, computed once and cached.
-
-Training and evaluating a draft head never runs the 30-layer target again: its features are
-stored in fp16 under .cache/features/ in chunks of CHUNK sequences (so an interrupted run
-resumes), keyed by the data, a fingerprint of the target's weights and the layers taken.
-"""
+"""The target's hidden states at every position of a regenerated set, computed once and cached in
+fp16 under .cache/features/ in chunks of CHUNK sequences (an interrupted run resumes), keyed by the
+data, a fingerprint of the target's weights and the layers, so training never runs the target."""
 from __future__ import annotations
 
 import hashlib
@@ -30,14 +27,13 @@ CHUNK = 64             # sequences per feature-cache file
 
 @dataclass
 class FeatureSet:
-    """fp16 features [positions, F] of every sequence of a RegenSet, in the same order, read
-    from memory-mapped cache files (CHUNK sequences each), so a cache larger than memory works
-    and a training process touches only the sequences it samples."""
+    """fp16 features [positions, F] of every sequence of a RegenSet, in order, memory-mapped: a cache
+    larger than memory works and a training process reads only the sequences it samples."""
     chunks: list[np.ndarray]
     offsets: np.ndarray
     folder: Path | None = None
     compute_seconds: float = 0.0   # what computing the cached chunks cost (as recorded)
-    untimed_chunks: int = 0        # chunks written before the cache recorded its timing
+    untimed_chunks: int = 0        # chunks with no recorded timing
 
     def __getitem__(self, i: int) -> np.ndarray:
         base = self.offsets[i // CHUNK * CHUNK]
@@ -54,8 +50,8 @@ def _key(target, data: RegenSet, layers: tuple[int, ...]) -> str:
 @torch.inference_mode()
 def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int = 8,
                     progress: bool = True) -> FeatureSet:
-    """The target's hidden states (transformers' indexing: N = the normed top feature) at
-    every position of every sequence, computed once and cached."""
+    """The target's hidden states at `layers` (transformers' indexing: N the normed top feature) at
+    every position of `data`, cached; LabError before any work if the disk cannot hold them."""
     folder = CACHE_DIR / "features" / _key(target, data, layers)
     n = len(data.offsets) - 1
     need = int(data.offsets[-1]) * len(layers) * target.config.hidden_size * 2  # fp16 bytes
@@ -97,9 +93,8 @@ def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int 
 
 def source_features(target, sources: list[RegenSet], layers: tuple[int, ...], reply_dtype: str = "float32",
                     progress: bool = True) -> list[FeatureSet]:
-    """`target_features` of each source: the first (the regenerated set) from `target`, the others
-    (ShareGPT's replies) from a copy of the target in `reply_dtype`. Under torchrun rank 0 builds
-    each cache first, then the other ranks read it; only rank 0 shows progress."""
+    """`target_features` per source: the regenerated set's from `target`, ShareGPT replies' from a
+    copy in `reply_dtype`. Under torchrun rank 0 builds each cache (and alone shows progress) first."""
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     found = []
     for s, source in enumerate(sources):

@@ -1,16 +1,7 @@
-"""`python -m lab train judge`: planted-error labels, a probe per layer, the shipped judge head.
-
-Sources of labelled answers (each split by problem, never by token):
-  * HumanEval canonical solutions with one error planted (`lab.judge.code_mutations`), kept only
-    if the mutated program fails the problem's tests in the sandbox (so the error is real), each
-    after `lab.data.humaneval_split` (the prompt, then a code block opening with the signature);
-  * the templated tasks' exact answers with a wrong number (`lab.judge.tasks`);
-  * MT-Bench's reference answers for math, reasoning and coding with a wrong number;
-  * with `--mined N`, the 2-layer draft's (and with `--mine-with draft,eagle1` also the EAGLE-1
-    head's) real mismatches on up to N checkable items, labelled by whether the target's answer
-    stays correct with the draft token in it (lab/judge/labels.py).
-An item's planted and mined labels share its problem key, so they stay on one side of the split.
-"""
+"""`python -m lab train judge`: labelled answers, a probe per layer, the shipped judge head. Labels
+come from HumanEval solutions with a planted error that fails the tests, the templated tasks' and
+MT-Bench's math, reasoning and coding references with a wrong number, and with `--mined N` real
+draft mismatches (lab/judge/labels.py). The split is by problem, never by token."""
 from __future__ import annotations
 
 import json
@@ -108,10 +99,8 @@ MINE_WITH = ("draft", "eagle1")
 
 def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_with: tuple[str, ...] = ("draft",)
                    ) -> tuple[list[Labelled], dict]:
-    """Labels mined from the mismatches of the shipped 2-layer draft (`draft`) and/or the shipped
-    EAGLE-1 head (`eagle1`) on the first `items` checkable items (cached and resumed,
-    lab/judge/labels.py), and per source (`mined_tasks`, `mined_tasks_eagle1`) how many items were
-    tried, how many the target answered correctly, and how many of those gave labels."""
+    """Labels mined from the shipped 2-layer draft's (`draft`) and/or EAGLE-1 head's (`eagle1`)
+    mismatches on the first `items` checkable items, and per source: items tried, right and labelled."""
     checkable = checkable_items(tokenizer, items, seed=seed)
     examples, counts = [], {}
     for name in mine_with:
@@ -134,10 +123,9 @@ def mined_examples(tokenizer, target, items: int, cap: int, seed: int = 0, mine_
 
 
 def per_source(sources: list[str], labels, val_scores, val: list[int], delta: float, token_probability) -> dict:
-    """Per source: positive and negative tokens (all splits), validation AUC of the judge and of
-    the token's own probability (None unless the source has both classes in validation) and the
-    share of its validation wrong tokens that the judge rejects at `delta` (None without any).
-    `val_scores[k]` is the judge's score of row val[k]; `token_probability` has every row's."""
+    """Per source: positive and negative tokens (all splits), validation AUC of the judge and of the
+    token's probability (None without both classes), and the share of its validation wrong tokens
+    rejected at `delta` (None without any). `val_scores[k]` scores row val[k]."""
     labels, token_probability = np.asarray(labels), np.asarray(token_probability)
     scores = np.full(len(labels), np.nan)
     scores[val] = val_scores
@@ -156,11 +144,9 @@ def per_source(sources: list[str], labels, val_scores, val: list[int], delta: fl
 
 
 def train_judge(opts: JudgeOptions) -> Path:
-    """Build the labels (planted, and mined from up to `opts.mined` items unless 0), fit a probe
-    per layer (on the hidden state, followed by the token's log-probability and entropy if
-    `with_logits`), ship the best layer's probe as the judge head (to `out`, by default
-    data/judge/judge.json) with the threshold that rejects `recall` of the validation split's
-    wrong tokens; return where it was written. Unknown options are refused before any work."""
+    """Build the labels, fit a probe per layer (on the hidden state, with `with_logits` also the token's
+    log-probability and entropy) and write the best one with the threshold that rejects `recall` of the
+    validation wrong tokens to `opts.out` (default data/judge/judge.json); return the path."""
     mine_with = tuple(opts.mine_with.split(","))
     mined, seed, reads_logits = opts.mined, opts.seed, opts.with_logits
     unknown = set(mine_with) - set(MINE_WITH)

@@ -1,9 +1,6 @@
-"""The one training loop of the draft and EAGLE trainers: AdamW, warm-up then cosine over a
-budget of wall time or of steps, gradient clipping, progress, periodic checkpoints and resume;
-and what every trainer's manifest records of its run.
-
-A trainer brings what is its own: the model, its batches and its loss; `fit` does the rest.
-"""
+"""The one training loop of the draft and head trainers (`fit`: AdamW, warm-up and cosine over wall
+time or steps, gradient clipping, progress, periodic checkpoints, resume), and what every trainer's
+manifest records of its run. A trainer brings its own model, batches and loss."""
 from __future__ import annotations
 
 import json
@@ -29,10 +26,8 @@ BETAS = (0.9, 0.95)
 
 @dataclass(frozen=True)
 class Recipe:
-    """How a run trains: AdamW (BETAS, no weight decay) at `lr` after a linear warm-up of `warmup`
-    steps, then cosine to zero over `minutes` of wall time or, with `max_steps`, over exactly that
-    many steps (the run then stops at that step whatever the time: runs are reproducible);
-    gradients clipped to the norm `grad_clip`."""
+    """How a run trains: AdamW (BETAS, no weight decay) at `lr`, warm-up over `warmup` steps, cosine to
+    zero over `minutes` of wall time or exactly `max_steps` steps; gradients clipped to `grad_clip`."""
     lr: float
     warmup: int
     grad_clip: float
@@ -47,9 +42,8 @@ class Recipe:
 
 
 def seeded(seed: int, device: torch.device | str = "cpu") -> tuple[random.Random, torch.Generator]:
-    """Seed torch (so a model built next starts the same) and return the run's two random
-    sources: `random.Random` orders the data (a checkpoint keeps its state), the generator draws
-    the loss's own randomness on `device`."""
+    """Seed torch (so a model built next starts the same) and return the data order's `random.Random`
+    (a checkpoint keeps its state) and a generator for the loss's own randomness on `device`."""
     torch.manual_seed(seed)
     return random.Random(seed), torch.Generator(device=device).manual_seed(seed)
 
@@ -68,15 +62,14 @@ def processes(device: str | None) -> tuple[int, int, torch.device]:
 
 
 def set_lr(optim: torch.optim.Optimizer, lr: float, step: int, spent: float, budget: float, warmup: int) -> None:
-    """Linear warm-up over `warmup` steps, then cosine decay over `budget` (seconds or steps)."""
+    """Set the rate to `lr` x linear warm-up over `warmup` steps x cosine over `budget` (s or steps)."""
     scale = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
     for group in optim.param_groups:
         group["lr"] = lr * scale
 
 
 class Fitted(NamedTuple):
-    """What `fit` returns: steps taken, seconds spent training, one record per step, and the
-    validation curve [(step, loss), ...] (empty without a `validate`)."""
+    """What `fit` returns: steps, seconds, one record per step, validation [(step, loss), ...]."""
     steps: int
     spent: float
     history: list
@@ -88,14 +81,11 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
         resume: bool = False, desc: str = "train", postfix: Callable[[list], dict] = lambda history: {},
         show: bool = True, world: int = 1, validate: Callable[[], float] | None = None,
         validate_every: int = 0) -> Fitted:
-    """Train the parameters of `model` that require a gradient until the recipe's budget is spent.
-    Each step takes `next(batches)` and `loss_of_batch(batch) -> (loss, record)`; the record joins
-    the history. With `validate`, its loss (on data the steps never see, computed without a
-    gradient in eval mode) is recorded every `validate_every` steps and after the last one. With
-    `resume`, a run goes on from `checkpoint` (model, optimiser, the data order `rng` and
-    progress); the checkpoint is written through `own_state()` once due. With `world` > 1
-    processes (torchrun) every rank resumes, rank 0 alone writes, and a step counts the slowest
-    rank's seconds. `batches` is closed and `model` left in eval mode at the end."""
+    """Train `model`'s trainable parameters until the recipe's budget is spent, one step per
+    `next(batches)`; `loss_of_batch(batch)` returns (loss, record), the record joining the history.
+    `validate()` (no gradient, eval mode) is recorded every `validate_every` steps and after the last.
+    `resume` goes on from `checkpoint`, written through `own_state()` once due (by rank 0 alone under
+    torchrun, a step taking the slowest rank's time). `batches` is closed, `model` left in eval mode."""
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=recipe.lr, betas=BETAS, weight_decay=0.0)
     progress = checkpoint.resume(model, optim, rng) if resume else None
@@ -145,9 +135,8 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
 
 
 def converged(validation: list, tolerance: float = 0.01, tail: float = 0.2) -> dict:
-    """The manifest's verdict on a validation curve [(step, loss), ...]: "trained enough" when the
-    loss changed by less than `tolerance` (relative) over the last `tail` of the steps, "capped"
-    otherwise (more steps would still have moved it); None where the curve is too short to say."""
+    """The verdict on a validation curve [(step, loss), ...]: "trained enough" if the loss moved by less
+    than `tolerance` (relative) over the last `tail` of the steps, else "capped"; None if too short."""
     if len(validation) < 2:
         return {"verdict": None, "why": "fewer than two validation points"}
     last_step, last_loss = validation[-1]

@@ -1,15 +1,7 @@
-"""`python -m lab train medusa`: Medusa-1 heads on the target's cached top features.
-
-The target stays frozen (Medusa-1) and never runs during training: its normed top feature at
-every position of the regenerated set comes from the same cache as the EAGLE-1 head's
-(`lab.train.features`). The regenerated answers are the target's own (the paper's
-self-distillation). At a position t, head k (1-based) is trained towards the target's
-distribution of token t+k+1, which is the target's LM head on the true feature at t+k,
-restricted to the draft vocabulary: loss = sum over k of 0.8^k x that soft cross-entropy, over
-the positions whose token t+k+1 is a response token. Held-out figures per head: top-1 and top-5
-agreement with the target's greedy token, with counts and Wilson intervals, and the accuracy of
-each rank (what shapes the tree, `static_shape`).
-"""
+"""`python -m lab train medusa`: Medusa-1 heads on the target's cached top features (the target
+frozen; the regenerated answers are its own: self-distillation). At position t head k (1-based)
+learns the target's distribution of token t+k+1 (its LM head on the true feature at t+k) over the
+draft vocabulary: loss = sum over k of DECAY^k x that soft cross-entropy, on response tokens."""
 from __future__ import annotations
 
 import json
@@ -56,7 +48,7 @@ def _batch(items: list[tuple[np.ndarray, np.ndarray, int]]) -> tuple[torch.Tenso
 
 
 def medusa_loss(heads: MedusaHeads, batch) -> tuple[torch.Tensor, list[float]]:
-    """(weighted loss, each head's mean soft cross-entropy) for one batch (module docstring)."""
+    """(weighted loss, each head's mean soft cross-entropy) for one batch, as the module says."""
     feats, pad, starts = batch
     readout = heads.readout_weight().float()
     with torch.no_grad():  # the target's distribution of token u + 1, from its feature at u
@@ -66,7 +58,6 @@ def medusa_loss(heads: MedusaHeads, batch) -> tuple[torch.Tensor, list[float]]:
     has_next = F.pad(pad[:, 1:], (0, 1))  # token u + 1 is in the sequence
     total, per_head = feats.new_zeros(()), []
     for k in range(1, len(heads.blocks) + 1):
-        # input t, label distribution at u = t + k (token t + k + 1), scored where that token is a response token
         scored = has_next[:, k:] & (positions[None, k:] + 1 >= starts[:, None])
         ce = -(target_logp[:, k:].exp() * logp[:, :-k, k - 1]).sum(-1)[scored].mean()
         total = total + DECAY ** k * ce
@@ -76,9 +67,8 @@ def medusa_loss(heads: MedusaHeads, batch) -> tuple[torch.Tensor, list[float]]:
 
 @torch.inference_mode()
 def heldout_accuracy(heads: MedusaHeads, data: RegenSet, feats: FeatureSet) -> dict:
-    """Each head's agreement with the target's greedy token on the unique held-out prompts:
-    top-1 and top-5 with hits, positions and a Wilson interval, and the accuracy of ranks
-    0..RANKS-1 (a true token outside the draft vocabulary counts as a miss)."""
+    """Each head's agreement with the target's greedy token on the unique held-out prompts: top-1 and
+    top-5 with Wilson intervals, and the accuracy of ranks 0..RANKS-1 (out of vocabulary: a miss)."""
     column = {int(t): i for i, t in enumerate(heads.vocab.tolist())}
     hits1 = [0] * len(heads.blocks)
     hits5 = [0] * len(heads.blocks)

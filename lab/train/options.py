@@ -1,10 +1,5 @@
-"""The options of the four trainers, each written once: `python -m lab train WHAT` takes its flags
-from the dataclass of WHAT (`TRAINERS`), the trainer takes the dataclass, and its manifest
-records it whole under "options".
-
-They live in one module, apart from the trainers, so that the command line builds the four
-sub-commands from one table (`TRAINERS`); what every loop-trained head shares is `LoopOptions`.
-"""
+"""The options of every trainer, each one dataclass: `python -m lab train WHAT` builds its flags from
+WHAT's dataclass in `TRAINERS`, the trainer takes it, and its manifest records it under "options"."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,8 +1,7 @@
-"""Training-time test, the loss of `python -m lab train eagle3`: S draft steps unrolled at once
-over every chain that has a scored step, step s fed the head's own output state of step s-1 and
-scored against the target's distribution restricted to the draft vocabulary (renormalised);
-loss = sum over steps of 0.8^s x the step's mean soft cross-entropy. `ttt_attention_mask` is
-what the unrolled forward lets each (step, index) attend to, as one explicit mask."""
+"""Training-time test, the loss of `python -m lab train eagle3`: S draft steps unrolled at once, step s
+fed the head's own output state of step s-1 and scored against the target's distribution restricted
+to the draft vocabulary (renormalised); loss = sum over steps of STEP_DECAY^s x the step's mean soft
+cross-entropy. `ttt_attention_mask` is the unrolled forward's attention as one explicit mask."""
 from __future__ import annotations
 
 import hashlib
@@ -26,10 +25,8 @@ def step_positions(pad: torch.Tensor, start: torch.Tensor, s: int) -> torch.Tens
 
 
 def chain_rows(pad: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tensor:
-    """[B, W]: the indices t whose chain has at least one scored step, that is some step s < `steps`
-    whose label t+s is a response position (t >= start - (steps - 1) and t < the row's length),
-    left-aligned, -1 past a row's own. The other chains (most of the prompt) feed nothing that is
-    scored, so `ttt_loss` does not run them."""
+    """[B, W]: the indices t whose chain has a scored step s < `steps`, left-aligned, -1 past a row's
+    own; the other chains (most of the prompt) feed nothing scored, so `ttt_loss` does not run them."""
     lengths = pad.sum(1)
     first = (start - (steps - 1)).clamp(min=0)
     rows = first[:, None] + torch.arange(max(int((lengths - first).max()), 1), device=pad.device)
@@ -38,11 +35,9 @@ def chain_rows(pad: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tens
 
 def target_argmax(label_top: torch.Tensor, per_row: list[int], target_head: torch.Tensor,
                   memo: dict | None = None) -> torch.Tensor:
-    """The target's argmax over its full vocabulary at each label position [N], from the top
-    features `label_top` [N, H] (`per_row` of them per sequence). The product with the target's
-    49k-row LM head is the largest single cost of a plain (S = 1) step, and a sequence's argmax
-    never changes, so with `memo` (a dict the training loop keeps) each distinct sequence's is
-    computed once, keyed by its features' bytes: the same features give the same argmax."""
+    """The target's argmax over its full vocabulary at each label position [N], from the top features
+    `label_top` [N, H] (`per_row` per sequence). With `memo` (kept by the training loop) each distinct
+    sequence's is computed once, keyed by its features' bytes: the full LM head's product is costly."""
     if memo is None:
         return F.linear(label_top, target_head).argmax(-1)
     parts = label_top.split(per_row)
@@ -57,15 +52,10 @@ def target_argmax(label_top: torch.Tensor, per_row: list[int], target_head: torc
 def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = Eagle3Options.ttt_steps, model=None,
              world: int = 1, feature_weight: float = 0.0,
              argmax_memo: dict | None = None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
-    """(loss, per-step soft cross-entropy, per-step top-1 agreement with the target's argmax,
-    per-step feature smooth-L1: empty unless `feature_weight`). `target_head` is the target's LM
-    head weight [V, H]; `model` is what to call (the head or its DistributedDataParallel
-    wrapper); with `world` > 1 the per-step position counts are summed over ranks, so every
-    rank's loss is its share of the global mean. `feature_weight` > 0 adds EAGLE-1's feature
-    regression back as an ablation: each step's output state is pulled (smooth-L1, that weight
-    against the token loss's 1) towards the target's top feature at its label's position, the
-    feature whose LM head gives the distribution the step is scored against. `argmax_memo`:
-    see `target_argmax`."""
+    """(loss, per-step soft cross-entropy, per-step top-1 agreement with the target's argmax, per-step
+    feature smooth-L1: empty unless `feature_weight`, an ablation). `target_head` is the LM head weight
+    [V, H]; `model` the head or its DDP wrapper. With `world` > 1 the loss is normalised by the global
+    position counts and scaled by `world`, so DDP's gradient average is the global mean's."""
     features, tokens, top, pad, start = batch
     with torch.no_grad():  # the target's distributions, at label positions only (the responses)
         labels = step_positions(pad, start, 0)                       # [B, T]
@@ -108,10 +98,8 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = Ea
 
 
 def ttt_attention_mask(positions: int, steps: int) -> torch.Tensor:
-    """bool [steps*T, steps*T]: what `Eagle3Head.unrolled` lets each (step, index) attend to,
-    as one explicit mask over all steps' keys (rows and columns ordered step by step). Row
-    (s, t) sees step 0's keys 0..t (the true context) and (r, t) for r = 1..s (its own
-    chain). Notebook 06 draws it; a test checks the unrolled forward computes exactly this."""
+    """bool [steps*T, steps*T], keys ordered step by step: what `Eagle3Head.unrolled` lets (s, t)
+    attend to: step 0's keys 0..t and its chain (r, t), r = 1..s. A test checks the forward keeps it."""
     n = steps * positions
     mask = torch.zeros(n, n, dtype=torch.bool)
     index = torch.arange(positions)

@@ -1,14 +1,9 @@
-"""Reference verification rules: the readable definition that every kernel must match.
-
-All randomness comes in as explicit tensors:
-  * `uniforms[i]` decides whether draft i is accepted: accept x iff q(x) > 0 and u*q(x) < p(x).
-    This is min(1, p/q) without a division, with a strict comparison so that u = 0 never
-    accepts a token the target gives zero probability.
-  * `noise` (Exp(1) samples, one per vocabulary entry) drives the single extra draw per
-    cycle, a residual token after a rejection or a bonus token after full acceptance, by an
-    exponential race: argmax_v w(v)/E(v) picks v with probability w(v)/sum(w), so the
-    residual max(0, p - q) never has to be normalised.
-"""
+"""Reference verification rules: the readable definition every kernel must match bit for bit. All
+randomness comes in as explicit tensors. `uniforms[i]` decides draft i: accept x iff q(x) > 0 and
+u*q(x) < p(x), min(1, p/q) without a division, strict so that u = 0 never accepts a token the target
+gives zero probability. `noise` (Exp(1), one per vocabulary entry) drives the one extra draw per
+cycle (a residual token after a rejection, a bonus after full acceptance) by an exponential race:
+argmax_v w(v)/E(v) picks v with probability w(v)/sum(w), so the residual is never normalised."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,18 +19,15 @@ class ChainResult:
 
 
 def argmax_rows(x: torch.Tensor) -> list[int]:
-    """The index of each row's first maximum (x [n, V]), which is torch.argmax's rule. On the CPU
-    this is numpy's argmax, which follows the same rule and ran several times faster than
-    torch's on 49,152-way rows on this project's machines (a one-off timing); decoding takes one
-    per scored position."""
+    """The index of each row's first maximum (x [n, V]), torch.argmax's rule; on the CPU numpy's
+    argmax, which keeps the rule and is faster there."""
     if x.device.type != "cpu":
         return x.argmax(-1).tolist()
     return np.argmax(x.detach().float().numpy(), axis=-1).tolist()
 
 
 def race(weights: torch.Tensor, noise: torch.Tensor) -> int:
-    """Sample from weights/sum(weights) given Exp(1) noise: argmax of weights/noise. The
-    first maximum wins, so ties go to the lowest token id."""
+    """A sample of weights/sum(weights) given Exp(1) noise: argmax of weights/noise, first on ties."""
     return argmax_rows((weights / noise)[None])[0]
 
 
@@ -57,12 +49,10 @@ def verify_chain_greedy(draft: list[int], target_argmax: list[int]) -> ChainResu
 
 def verify_chain(draft: list[int], q: torch.Tensor | None, p: torch.Tensor,
                  uniforms: torch.Tensor, noise: torch.Tensor) -> ChainResult:
-    """Stochastic chain verification (Leviathan et al.; Chen et al.).
-
-    draft [K] token ids; q [K, V] the draft's probabilities that the drafts were sampled
-    from, or None for one-hot drafts (q(x) = 1); p [K+1, V] the target's probabilities
-    (row K is the bonus distribution); uniforms [K]; noise [V] Exp(1).
-    """
+    """Stochastic chain verification (Leviathan et al.; Chen et al.). draft [K] token ids; q [K, V]
+    the probabilities the drafts were sampled from, or None for one-hot drafts (q(x) = 1); p [K+1, V]
+    the target's (row K: the bonus distribution); uniforms [K]; noise [V] Exp(1). Raises ValueError
+    for shapes that disagree or a NaN."""
     k = len(draft)
     if p.shape[0] != k + 1 or uniforms.shape[0] < k or noise.shape[-1] != p.shape[-1]:
         raise ValueError(f"shapes disagree: K={k}, p {tuple(p.shape)}, uniforms {tuple(uniforms.shape)}, "
@@ -116,15 +106,12 @@ def verify_tree_greedy(tokens: list[int], parents: list[int], target_argmax: lis
 def verify_tree(tokens: list[int], parents: list[int], p: torch.Tensor, uniforms: torch.Tensor,
                 noise: torch.Tensor) -> TreeResult:
     """Stochastic verification of a tree of deterministic (top-k, one-hot) drafts, EAGLE's rule.
-
-    Node 0 is the root (the last committed token); siblings carry distinct tokens; p [N, V] is the target's distribution
-    after each node; uniforms [N] (one per node, used when that node is tried); noise [V] Exp(1) for
-    the single final draw. At the current node the children are tried in order: child x is
-    accepted iff p'(x) > 0 and u * mass < p'(x), where p' is p with the rejected siblings zeroed and mass the
-    probability left (1 minus the rejected siblings'), i.e. with probability p'(x)/mass. On
-    rejection p'(x) = 0 and mass -= p(x). If every child fails, the token is raced from p'
-    (from p if p' is all zero); after an accepted leaf, the bonus is raced from p at the leaf.
-    """
+    Node 0 is the root (the last committed token), siblings carry distinct tokens; p [N, V] is the
+    target's distribution after each node, uniforms [N] one per node (used when it is tried), noise
+    [V] Exp(1). A node's children are tried in order: x is accepted iff p'(x) > 0 and u * mass <
+    p'(x), p' being p with the rejected siblings zeroed and mass 1 minus their probability. If all
+    fail, the token is raced from p' (p if p' is all zero); after an accepted leaf, from p. Raises
+    ValueError as `verify_chain` does."""
     if p.shape[0] != len(tokens) or len(parents) != len(tokens) or uniforms.shape[0] < len(tokens):
         raise ValueError(f"tree of {len(tokens)} nodes needs p [N, V], parents [N], uniforms [N]; got "
                          f"p {tuple(p.shape)}, {len(parents)} parents, uniforms {tuple(uniforms.shape)}")

@@ -1,10 +1,8 @@
-"""Lossy acceptance rules: a draft the target would not have produced may still be accepted.
-
-Judge Decoding ORs standard greedy verification with a judge head's verdict on each draft token
-(`JudgeRule`: a linear probe on the target's hidden state at that token, `Probe`); the Top-K
-baseline accepts any draft among the target's K most likely tokens (`TopKRule`). The output is no
-longer the target's, so its quality has to be measured (lab/judge/sweep.py).
-"""
+"""Lossy acceptance rules: a draft the target would not have produced may still be accepted. Judge
+Decoding ORs greedy verification with a judge head's verdict on each draft token (`JudgeRule`, a
+linear `Probe` on the target's hidden state there); the Top-K baseline accepts any draft among the
+target's K most likely tokens (`TopKRule`). The output is no longer the target's, so its quality has
+to be measured (lab/judge/sweep.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,9 +14,8 @@ from .lossless import ChainResult
 
 
 def verify_chain_lossy(draft: list[int], target_argmax: list[int], also_accepted: list[bool]) -> ChainResult:
-    """Temperature 0 with a second, lossy way in (Judge Decoding's judge, or Top-K): a draft is
-    accepted if it equals the target's argmax OR `also_accepted` says so; at the first draft
-    both reject, the target's own token is emitted. The output is no longer the target's."""
+    """Temperature 0 with a second, lossy way in: a draft is accepted if it equals the target's argmax
+    or `also_accepted` says so; at the first draft both reject, the target's own token is emitted."""
     if len(target_argmax) != len(draft) + 1 or len(also_accepted) != len(draft):
         raise ValueError(f"need K+1 = {len(draft) + 1} target tokens and K verdicts, got "
                          f"{len(target_argmax)} and {len(also_accepted)}")
@@ -75,9 +72,8 @@ class TopKRule:
 
 
 class JudgeRule:
-    """Accept a draft token if the judge says it is correct in context: P(correct) > delta, from
-    the target's hidden state at the token's own position (scored in the same forward) and, for a
-    head that reads them, the token's log-probability and the entropy under the target's logits."""
+    """Accept a draft token if the judge's P(correct) > delta, read at the token's own position in the
+    same forward: the target's hidden state and, for a head that reads them, its `logit_features`."""
 
     def __init__(self, probe: Probe, delta: float):
         self.probe, self.delta, self.layers, self.name = probe, delta, (probe.layer,), "judge"

@@ -1,10 +1,6 @@
-"""Drafting cycles recorded and explained: what each cycle drafted, how the target scored every
-node, and why verification accepted or rejected each one (lab/viz/drawing.py draws a record).
-
-Recording goes through `decode`'s `on_cycle` hook, so it sees exactly what verification saw:
-the drafted tree or chain, the target's logits at every node and the uniform draws. A chain is
-kept as a tree with a single path, so one drawing serves both.
-"""
+"""Drafting cycles recorded and explained: what each cycle drafted, how the target scored every node,
+and why verification accepted or rejected each. Recording goes through `decode`'s `on_cycle` hook, so
+it sees exactly what verification saw; a chain is kept as a one-path tree."""
 from __future__ import annotations
 
 import math
@@ -41,11 +37,9 @@ class CycleRecord:
 
 
 class CycleRecorder:
-    """Pass as `decode(..., on_cycle=recorder)`: keeps a `CycleRecord` of every cycle in `records`.
-    The probabilities it shows are the ones verification used (`sampling`); at temperature 0,
-    where verification only compares argmaxes, the target's softmax at temperature 1. A chain
-    drafter's confidences come from its `confidences` (ModelDraft keeps them), else from q.
-    The verdicts it explains are the lossless rules of lab/verify/lossless.py, not a lossy `rule`."""
+    """Pass as `decode(..., on_cycle=recorder)`: keeps a `CycleRecord` of every cycle in `records`, with
+    the probabilities verification used (at temperature 0, the softmax at temperature 1). Its verdicts
+    follow the lossless rules of lab/verify/lossless.py, not a lossy `rule`."""
 
     def __init__(self, sampling: Sampling, drafter: object | None = None):
         self.sampling, self.drafter = sampling, drafter
@@ -76,8 +70,8 @@ class CycleRecorder:
         return ([math.nan] if chain else []) + uniforms.tolist()
 
     def _chain_tree(self, root: int, drafts: list[int], q: torch.Tensor | None) -> DraftTree:
-        """A chain as a one-path tree. Without q the drafts were one-hot (q(x) = 1); a greedy
-        drafter that keeps no confidences leaves them unknown (NaN)."""
+        """A chain as a one-path tree, its confidences the drafter's kept ones, else q, else 1 (one-hot)
+        or NaN (greedy, unknown)."""
         kept = getattr(self.drafter, "confidences", None)
         if kept is not None and len(kept) == len(drafts):
             confidences = list(kept)
@@ -92,8 +86,7 @@ class CycleRecorder:
 
 
 def visible_text(text: str) -> str:
-    """Whitespace made visible: a space is ␣, a newline ↵, other control characters their
-    Unicode control pictures; an empty string is ∅."""
+    """Whitespace made visible: ␣ for a space, ↵ for a newline, control pictures, ∅ for an empty string."""
     def show(c: str) -> str:
         if c == " ":
             return "␣"
@@ -109,9 +102,8 @@ def token_text(tokenizer, token: int) -> str:
 
 
 def node_states(record: CycleRecord) -> list[str]:
-    """Each node's verdict: root, accepted, rejected (checked and failed) or untried. Greedy
-    verification compares every child of an accepted node with the target's argmax; sampled
-    verification tries the children in order and stops at the first it accepts."""
+    """Each node's verdict: root, accepted, rejected or untried. Greedy verification checks every child
+    of an accepted node; sampled verification tries them in order and stops at the first accepted."""
     states = ["root"] + ["untried"] * (len(record.tree) - 1)
     for node in record.path[1:]:
         states[node] = "accepted"
@@ -136,8 +128,7 @@ def _quoted(tokenizer, token: int) -> str:
 
 
 def _mass(record: CycleRecord, node: int) -> float:
-    """Probability left when `node` is tried: 1 minus the target's probability of the siblings
-    rejected before it (their tokens are distinct, so each removes exactly its own p)."""
+    """Probability left when `node` is tried: 1 minus the target's p of the siblings rejected before it."""
     siblings = children_of(record.tree.parents)[record.tree.parents[node]]
     return 1.0 - sum(record.target_probs[s] for s in siblings[: siblings.index(node)])
 

@@ -1,17 +1,8 @@
 """The draft-tree inspector (notebook 05): step through the cycles of a speculative method on one
-prompt and see, for every drafted node, what the draft and the target made of it.
-
-`DraftTreeInspector(prompt, method=..., temperature=..., tree=...)` decodes the prompt with the
-method, recording every cycle (`lab.viz.cycles.CycleRecorder` on decode's `on_cycle` hook), and
-shows one cycle at a time as an SVG tree, with a cycle slider and play/pause, the method,
-temperature and tree budget as controls, the details of the clicked node, and the text so far
-coloured by where each token came from. Changing a control decodes again.
-
-The controls are ipywidgets; the tree is a small anywidget view whose JavaScript ships in the
-package (lab/viz/treeview.js), so nothing is fetched at run time. Where no widget can render (an
-exported notebook, nbconvert) the display falls back to static HTML of the current cycle: the
-same SVG, as Python drew it.
-"""
+prompt and see, for every drafted node, what the draft and the target made of it. The controls are
+ipywidgets; the tree is an anywidget view whose JavaScript ships in the package (treeview.js), so
+nothing is fetched at run time. Where no widget can render (nbconvert), the display falls back to
+static HTML of the current cycle."""
 from __future__ import annotations
 
 import dataclasses
@@ -49,13 +40,10 @@ class TreeView(anywidget.AnyWidget):
 
 
 class DraftTreeInspector(widgets.VBox):
-    """Decoding cycles of one prompt, one at a time. `method` is one of INSPECTED_METHODS;
-    `tree` is (depth, top-k, total tokens), by default the shipped tuned tree
-    (data/eagle/tree_choice.json); `sd` reads only the depth (its chain length) and `eagle1`
-    no top-k (its static shape comes from the head's per-rank accuracy). `setup` supplies the
-    models (lab.bench.Setup: target, tokenizer, draft, heads); without one the shipped models
-    are loaded, each when a method first needs it. Decoding always uses the reference
-    verification (lab/verify/lossless.py), whose verdicts the inspector explains."""
+    """Decoding cycles of one prompt, one at a time; changing a control decodes again. `method` is one
+    of INSPECTED_METHODS; `tree` is (depth, top-k, total tokens), by default the shipped tuned tree; `sd`
+    reads only the depth and `eagle1` no top-k. `setup` (lab.bench.Setup) supplies the models, else the
+    shipped ones load when first needed. Raises LabError for an argument out of range."""
 
     # the view's state within a cycle, changed by click() and reset by every new cycle
     expanded = traitlets.List(traitlets.Int(), help="nodes of the current cycle whose folded branch is open")
@@ -112,8 +100,8 @@ class DraftTreeInspector(widgets.VBox):
         return self.records[self.cycle_slider.value - 1]
 
     def click(self, node: int) -> None:
-        """What a click on a node does: select it (its details are shown) and, if its branch
-        can fold, fold or unfold it. Node len(tree) is the target's own token."""
+        """Select `node` (len(tree): the target's own token) and fold or unfold its branch where it can.
+        Raises LabError for a node the cycle does not have."""
         if not 0 <= node <= len(self.record.tree):
             raise LabError(f"cycle {self.cycle_slider.value} has nodes 0..{len(self.record.tree)}, not {node}")
         if node in foldable(self.record):
@@ -122,8 +110,7 @@ class DraftTreeInspector(widgets.VBox):
         self._draw_tree()
 
     def static_html(self) -> str:
-        """The current cycle as plain HTML (summary, SVG tree, details, text): what a notebook
-        shows where widgets cannot render."""
+        """The current cycle as plain HTML: what a notebook shows where widgets cannot render."""
         return (f'<div class="lab-inspector-static">{self.summary.value}{self.view.svg}{self.details.value}'
                 f"{self.text.value}</div>")
 
@@ -138,8 +125,7 @@ class DraftTreeInspector(widgets.VBox):
         return choice.depth, choice.top_k, choice.total_tokens
 
     def _drafter(self, method: str):
-        """The method's drafter with the current budget, loading the shipped draft or head
-        the first time a method needs it."""
+        """The method's drafter with the current budget, loading the shipped draft or head on first use."""
         setup, depth = self.setup, self.depth_slider.value
         top_k, total = self.top_k_slider.value, self.total_slider.value
         if method in ("sd", "sd-tree"):
@@ -230,6 +216,5 @@ def _check_arguments(prompt: str, method: str, temperature: float, tree: tuple[i
 
 
 def _shipped_setup() -> Setup:
-    """The shipped target and tokenizer; drafts and heads are loaded when a method needs them.
-    The inspector gives decode its own sampling, budget and seed, so the Setup's are left at rest."""
+    """The shipped target and tokenizer; drafts and heads load when a method needs them."""
     return Setup(load_target(), None, load_tokenizer(), Sampling(), 0, 0, 0)

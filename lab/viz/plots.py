@@ -15,8 +15,7 @@ from ..judge.sweep import DEFAULT_JUDGE, judge_runs
 
 
 def use_style() -> None:
-    """The notebooks' figure style: seaborn's light grid (values are easier to read off a slide
-    than on a blank background) and a colour-blind-safe palette."""
+    """The notebooks' figure style: seaborn's light grid and a colour-blind-safe palette."""
     sns.set_theme(style="whitegrid", context="notebook", palette="colorblind")
 
 
@@ -47,9 +46,8 @@ def plot_bench(result: dict, path: str | Path | None = None):
 
 
 def plot_n_alpha(panels: dict[str, dict[str, dict]], path: str | Path | None = None, title: str = ""):
-    """n-alpha by draft depth with Wilson 95% intervals and, beside each point, its count of
-    chains: one panel per entry of `panels` (a title -> {label: a `lab.train.evaluate` report}).
-    Depths where too few chains remain are left out, as the evaluator leaves them unmeasured."""
+    """n-alpha by draft depth with Wilson 95% intervals and each point's count of chains, one panel per
+    entry of `panels` (title -> {label: a `lab.train.evaluate` report}); unmeasured depths left out."""
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), sharey=True, squeeze=False)
     for ax, (panel_title, reports) in zip(axes[0], panels.items()):
         for i, (label, report) in enumerate(reports.items()):
@@ -81,12 +79,9 @@ QUALITY_AXES = {"tokens_per_forward": "new tokens per target forward",
 
 def plot_quality(runs: dict, heads: list[str], x: str = "tokens_per_forward", title: str = "",
                  path: str | Path | None = None):
-    """Notebook 07's quality against speed: the share of answers checked correct against `x`, a
-    `lab.judge.sweep.Quality` measure named in QUALITY_AXES, for Top-K, each of `heads`' threshold
-    sweeps, the EAGLE-1 chain (standard and with the shipped judge head) and, as single points,
-    the target alone, standard SD and (against tokens per forward only: it makes no target
-    forwards) the draft alone. `runs`: a sweep's runs of every judge head
-    (`lab.judge.sweep.recorded_qualities`)."""
+    """Notebook 07's quality against speed: the share of answers checked correct against `x` (a key of
+    QUALITY_AXES) for Top-K, each of `heads`' threshold sweeps, the EAGLE-1 chain and the single-point
+    methods. `runs`: `lab.judge.sweep.recorded_qualities` of every judge head."""
 
     def points(names: list[str]) -> tuple[list[float], list[float]]:
         return [getattr(runs[n], x) for n in names], [runs[n].mean_accuracy for n in names]
