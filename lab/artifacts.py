@@ -23,7 +23,7 @@ os.umask(_UMASK)  # read once: os.umask can only be read by setting it
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call write(tmp_path), then rename tmp_path to path. Each writer gets its own temporary name, so
-    two processes writing the same file (torchrun ranks) cannot mix bytes: the last rename wins, whole."""
+    two processes writing the same file cannot mix bytes: the last rename wins, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     os.close(handle)

@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_options(sub.add_parser(name, help=help), options).set_defaults(run=handler)
 
     train = sub.add_parser("train", help="distil a draft model or train an EAGLE head or the judge head from the "
-                                        "target (eagle3 also runs under torchrun --nproc_per_node N)")
+                                        "target")
     trainers = train.add_subparsers(dest="what", required=True, metavar="{" + ",".join(TRAINERS) + "}")
     for what, (options, purpose) in TRAINERS.items():
         add_options(trainers.add_parser(what, help=purpose, description=purpose), options).set_defaults(options=options)

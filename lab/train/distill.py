@@ -75,8 +75,7 @@ def train_draft(opts: DraftOptions, target=None, data=None, out: Path | None = N
         raise LabError("`train draft` needs --layers N (1, 2 or 4)")
     rng, generator = seeded(opts.seed)
     target = target if target is not None else load_target()
-    for param in target.parameters():
-        param.requires_grad_(False)
+    target.requires_grad_(False)
     data = data if data is not None else load_regen()
     train, heldout = data.sequences("train"), data.sequences("heldout")
     pad = target.config.eos_token_id

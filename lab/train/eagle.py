@@ -85,8 +85,7 @@ def train_head(opts: Eagle1Options, target=None, data: RegenSet | None = None, o
     device = resolve_device(opts.device)
     rng, generator = seeded(opts.seed, device)
     target = (target if target is not None else load_target()).to(device)
-    for param in target.parameters():
-        param.requires_grad_(False)
+    target.requires_grad_(False)
     data = data if data is not None else load_regen(sampled)
     init = head_path(opts.init) if opts.init else None
     head = (load_head(target, path=init) if init is not None else EagleHead(target, variant)).to(device)

@@ -1,8 +1,5 @@
 """`python -m lab train eagle3`: an EAGLE-3 head trained with training-time test (`lab.train.ttt`) on
-the target's cached states entering layers 2, N/2 and N-3 and its top feature (the label's source).
-Under `torchrun --nproc_per_node N` it trains with DistributedDataParallel (gloo on CPUs, NCCL on
-GPUs): every rank draws the same global batch and computes its own share, and the loss is
-normalised by the global position counts, so N processes take the steps one process would."""
+the target's cached states entering layers 2, N/2 and N-3 and its top feature (the label's source)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..artifacts import git_commit, repo_path, write_json
 from ..data import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
@@ -20,12 +16,12 @@ from ..drafters.heads import head_path, load_head, save_head
 from ..options import recorded
 from ..paths import CACHE_DIR
 from ..target.load import load_target
-from .batches import batches, budget_key
+from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .eagle import MAX_LEN
 from .evaluate import heldout_evaluation, heldout_indices
 from .features import FeatureSet, source_features
-from .loop import Recipe, converged, fit, processes, provenance, seeded, started_from
+from .loop import Recipe, converged, fit, provenance, seeded, started_from
 from .options import Eagle3Options
 from .ttt import STEP_DECAY, ttt_loss
 
@@ -78,13 +74,12 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
                  progress: bool = True) -> Path:
     """Train an EAGLE-3 head as `opts` (`Eagle3Options`) say for `opts.minutes` or `opts.max_steps`
     steps and write it (fp16) with its manifest to `out` (default data/eagle/NAME.safetensors, NAME
-    `opts.name` or eagle3). Under torchrun each rank trains its share; rank 0 evaluates and writes."""
+    `opts.name` or eagle3)."""
     commit = git_commit()
-    rank, world, device = processes(opts.device)
+    device = resolve_device(opts.device)
     rng = seeded(opts.seed)[0]
     target = (target if target is not None else load_target()).to(device)
-    for param in target.parameters():
-        param.requires_grad_(False)
+    target.requires_grad_(False)
     data = data if data is not None else load_regen()
     extract_seconds = time.perf_counter()
     sources = [data] + ([sharegpt_replies(opts.replies)] if opts.replies else [])
@@ -96,13 +91,11 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
     init_record = started_from(init)
     train = training_items(sources, opts.train_prompts)
     heldout = [i for i in range(len(data.split)) if data.split[i] == 0][:opts.eval_prompts]
-    model = head if world == 1 else torch.nn.parallel.DistributedDataParallel(
-        head, device_ids=[device] if device.type == "cuda" else None)
     out = out or head_path(opts.name or "eagle3")
     steps = opts.ttt_steps
     shape = {"hidden": target.config.hidden_size, "draft_vocab": len(head.vocab), "steps": steps, "taps": head.taps,
              "replies": opts.replies, "reply_feature_dtype": opts.reply_feature_dtype if opts.replies else None,
-             "train_prompts": opts.train_prompts, "init": None if init is None else repo_path(init), "world": world,
+             "train_prompts": opts.train_prompts, "init": None if init is None else repo_path(init),
              **({"feature_weight": opts.feature_loss} if opts.feature_loss else {})}
     ckpt = Checkpoint(CACHE_DIR / "checkpoints" / (out.stem + ".pt"), shape)
     recipe = Recipe(opts.lr, warmup=50, grad_clip=0.5, minutes=opts.minutes, max_steps=opts.max_steps)
@@ -111,7 +104,7 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
 
     def loss_of_batch(batch):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=not opts.fp32):
-            loss, ces, hits, feats = ttt_loss(head, batch, target_head, steps, model, world, opts.feature_loss,
+            loss, ces, hits, feats = ttt_loss(head, batch, target_head, steps, opts.feature_loss,
                                               argmax_memo)
         return loss, [round(x, 4) for x in ces + hits + feats]
 
@@ -127,26 +120,23 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
     def validate() -> float:
         batch = tuple(x.to(device) for x in validation_batch)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=not opts.fp32):
-            return float(ttt_loss(head, batch, target_head, steps, None, 1, opts.feature_loss, argmax_memo)[0])
+            return float(ttt_loss(head, batch, target_head, steps, opts.feature_loss, argmax_memo)[0])
 
     stream = batches(lambda: [(sources[s].ids(i), feature_sets[s][i], p)
-                              for s, i, p in rng.sample(train, min(opts.batch, len(train)))[rank::world]],
+                              for s, i, p in rng.sample(train, min(opts.batch, len(train)))],
                      lambda items: make_batch(items, target.config.hidden_size, head.taps), device)
     step, spent, history, validation = fit(
         head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume, desc="train eagle3",
-        postfix=postfix, show=progress and rank == 0, world=world,
-        validate=validate if opts.heldout_every and rank == 0 else None, validate_every=opts.heldout_every)
+        postfix=postfix, show=progress, validate=validate if opts.heldout_every else None,
+        validate_every=opts.heldout_every)
     head.cpu()  # the evaluation below, and every user of the head, run on the CPU
     target.cpu()
-    if rank == 0:
-        save_head(head, out)
-        run = {"commit": commit, "world": world, "device": str(device), "extract_seconds": extract_seconds,
-               "steps": step, "spent": spent, "history": history, "validation": validation}
-        write_json(out.with_suffix(".json"), _manifest(head, out, opts, recipe, data, sources, feature_sets, train,
-                                                       heldout, init_record, run))
-        ckpt.finish()
-    if world > 1:
-        dist.barrier()
+    save_head(head, out)
+    run = {"commit": commit, "device": str(device), "extract_seconds": extract_seconds,
+           "steps": step, "spent": spent, "history": history, "validation": validation}
+    write_json(out.with_suffix(".json"), _manifest(head, out, opts, recipe, data, sources, feature_sets, train,
+                                                   heldout, init_record, run))
+    ckpt.finish()
     return out
 
 
@@ -195,8 +185,7 @@ def _manifest(head: Eagle3Head, out: Path, opts: Eagle3Options, recipe: Recipe, 
                            "compute_seconds_recorded": round(f.compute_seconds, 1), "untimed_chunks": f.untimed_chunks}
                           for f in feature_sets],
         "init": init_record,
-        "optimiser": recipe.recorded(batch_sequences=opts.batch, max_len=MAX_LEN, processes=run["world"],
-                                     bf16_autocast=not opts.fp32),
+        "optimiser": recipe.recorded(batch_sequences=opts.batch, max_len=MAX_LEN, bf16_autocast=not opts.fp32),
         "budget": {"device": run["device"], "feature_seconds_this_run": round(run["extract_seconds"], 1),
                    "train_wall_seconds": round(run["spent"], 1),
                    "requested_minutes": None if opts.max_steps else opts.minutes},

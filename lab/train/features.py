@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
 from ..artifacts import atomic_write, repo_path, write_json
@@ -94,14 +93,7 @@ def target_features(target, data: RegenSet, layers: tuple[int, ...], batch: int 
 def source_features(target, sources: list[RegenSet], layers: tuple[int, ...], reply_dtype: str = "float32",
                     progress: bool = True) -> list[FeatureSet]:
     """`target_features` per source: the regenerated set's from `target`, ShareGPT replies' from a
-    copy in `reply_dtype`. Under torchrun rank 0 builds each cache (and alone shows progress) first."""
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    found = []
-    for s, source in enumerate(sources):
-        if rank:
-            dist.barrier()
-        model = target if s == 0 or reply_dtype == "float32" else load_target(reply_dtype).to(target.device)
-        found.append(target_features(model, source, layers, progress=progress and rank == 0))
-        if not rank and world > 1:
-            dist.barrier()
-    return found
+    copy in `reply_dtype`."""
+    models = [target if s == 0 or reply_dtype == "float32" else load_target(reply_dtype).to(target.device)
+              for s in range(len(sources))]
+    return [target_features(m, source, layers, progress=progress) for m, source in zip(models, sources)]

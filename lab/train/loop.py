@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -14,11 +13,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
 from ..artifacts import command_line, machine, repo_path
-from .batches import resolve_device
 from .checkpoint import Checkpoint
 
 BETAS = (0.9, 0.95)
@@ -48,19 +45,6 @@ def seeded(seed: int, device: torch.device | str = "cpu") -> tuple[random.Random
     return random.Random(seed), torch.Generator(device=device).manual_seed(seed)
 
 
-def processes(device: str | None) -> tuple[int, int, torch.device]:
-    """(rank, world size, this process's device); joins the process group when launched by
-    torchrun: NCCL for a GPU run, each rank on the GPU its LOCAL_RANK names, gloo on CPUs."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    gpu = (device or "cpu").startswith("cuda")
-    chosen = resolve_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if gpu and world > 1 else device)
-    if chosen.type == "cuda":
-        torch.cuda.set_device(chosen)  # NCCL's collectives and barriers use the current device
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if gpu else "gloo")
-    return (dist.get_rank(), world, chosen) if world > 1 else (0, 1, chosen)
-
-
 def set_lr(optim: torch.optim.Optimizer, lr: float, step: int, spent: float, budget: float, warmup: int) -> None:
     """Set the rate to `lr` x linear warm-up over `warmup` steps x cosine over `budget` (s or steps)."""
     scale = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(spent / budget, 1.0)))
@@ -79,13 +63,13 @@ class Fitted(NamedTuple):
 def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tensor, Any]], batches: Iterator,
         recipe: Recipe, checkpoint: Checkpoint, rng: random.Random, own_state: Callable[[], dict], *,
         resume: bool = False, desc: str = "train", postfix: Callable[[list], dict] = lambda history: {},
-        show: bool = True, world: int = 1, validate: Callable[[], float] | None = None,
+        show: bool = True, validate: Callable[[], float] | None = None,
         validate_every: int = 0) -> Fitted:
     """Train `model`'s trainable parameters until the recipe's budget is spent, one step per
     `next(batches)`; `loss_of_batch(batch)` returns (loss, record), the record joining the history.
     `validate()` (no gradient, eval mode) is recorded every `validate_every` steps and after the last.
-    `resume` goes on from `checkpoint`, written through `own_state()` once due (by rank 0 alone under
-    torchrun, a step taking the slowest rank's time). `batches` is closed, `model` left in eval mode."""
+    `resume` goes on from `checkpoint`, written through `own_state()` once due. `batches` is closed,
+    `model` left in eval mode."""
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=recipe.lr, betas=BETAS, weight_decay=0.0)
     progress = checkpoint.resume(model, optim, rng) if resume else None
@@ -100,7 +84,6 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
             model.train()
 
     budget, max_steps = recipe.minutes * 60, recipe.max_steps
-    keeps_checkpoint = world == 1 or dist.get_rank() == 0
     model.train()
     bar = tqdm(total=max_steps or round(budget), initial=step if max_steps else round(spent), desc=desc,
                unit="step" if max_steps else "s", disable=not show)
@@ -114,19 +97,13 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
         optim.step()
         step += 1
         history.append(record)
-        elapsed = time.perf_counter() - t0
-        if world > 1:  # every rank must agree on the schedule and on when to stop
-            shared = torch.tensor([elapsed], device=params[0].device)
-            dist.all_reduce(shared, op=dist.ReduceOp.MAX)
-            elapsed = float(shared)
-        spent += elapsed
+        spent += time.perf_counter() - t0
         bar.n = step if max_steps else round(spent)
         bar.set_postfix(step=step, **postfix(history))
         if validate_every and step % validate_every == 0:
             record_validation()
-        if keeps_checkpoint:
-            checkpoint.save_if_due(own_state, optim, rng, {"step": step, "spent": spent, "history": history,
-                                                           "validation": validation})
+        checkpoint.save_if_due(own_state, optim, rng, {"step": step, "spent": spent, "history": history,
+                                                       "validation": validation})
     record_validation()
     bar.close()
     batches.close()

@@ -105,8 +105,7 @@ def train_medusa(opts: MedusaOptions, target=None, data: RegenSet | None = None,
     commit = git_commit()
     rng, _ = seeded(opts.seed)
     target = target if target is not None else load_target()
-    for param in target.parameters():
-        param.requires_grad_(False)
+    target.requires_grad_(False)
     data = data if data is not None else load_regen()
     heads = MedusaHeads(target, draft_vocabulary(opts.draft_vocab), opts.heads)
     feats = target_features(target, data, heads.feature_layers)

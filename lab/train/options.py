@@ -23,7 +23,7 @@ INIT = "start from the trained head data/eagle/NAME.safetensors"
 class LoopOptions:
     """What every trainer of the one loop (lab/train/loop.py) takes besides its budget and rate."""
     max_steps: int | None = opt(None, MAX_STEPS)
-    batch: int = opt(8, "sequences per step (of all processes together under torchrun)")
+    batch: int = opt(8, "sequences per step")
     seed: int = opt(0, "seed of the initialisation, the data order and the sampling in training")
     resume: bool = opt(False, "go on from the run's checkpoint")
 
@@ -57,7 +57,7 @@ class Eagle1Options(LoopOptions):
 
 @dataclass
 class Eagle3Options(LoopOptions):
-    """`train eagle3`: an EAGLE-3 head trained with training-time test (also under torchrun)."""
+    """`train eagle3`: an EAGLE-3 head trained with training-time test."""
     name: str | None = opt(None, "save as data/eagle/NAME.safetensors (by default eagle3)")
     init: str | None = opt(None, INIT + " (same vocabulary and taps)")
     replies: int = opt(0, REPLIES)
@@ -75,7 +75,7 @@ class Eagle3Options(LoopOptions):
                              "held-out sequences, recorded with a verdict: trained enough or capped (0: never)")
     minutes: float = opt(60.0, "wall-clock budget in minutes")
     lr: float = opt(1e-3, "peak learning rate")
-    device: str = opt("cpu", DEVICE + "; each rank on its own under torchrun")
+    device: str = opt("cpu", DEVICE)
     eval_prompts: int | None = opt(None, EVAL_PROMPTS)
 
     def __post_init__(self) -> None:
@@ -122,7 +122,6 @@ class JudgeOptions:
 
 TRAINERS = {"draft": (DraftOptions, "distil a draft model from the target (a CPU wall-clock budget; --resume)"),
             "eagle1": (Eagle1Options, "train an EAGLE head on the target's features"),
-            "eagle3": (Eagle3Options, "train an EAGLE-3 head with training-time test "
-                                      "(also under torchrun --nproc_per_node N)"),
+            "eagle3": (Eagle3Options, "train an EAGLE-3 head with training-time test"),
             "medusa": (MedusaOptions, "train Medusa-1 heads on the target's top features (the target frozen)"),
             "judge": (JudgeOptions, "planted and mined error labels, a probe per layer: the judge head")}

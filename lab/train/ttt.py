@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..drafters.eagle3 import Eagle3Head
@@ -49,13 +48,12 @@ def target_argmax(label_top: torch.Tensor, per_row: list[int], target_head: torc
     return torch.cat([memo[key] for key in keys])
 
 
-def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = Eagle3Options.ttt_steps, model=None,
-             world: int = 1, feature_weight: float = 0.0,
+def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = Eagle3Options.ttt_steps,
+             feature_weight: float = 0.0,
              argmax_memo: dict | None = None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
     """(loss, per-step soft cross-entropy, per-step top-1 agreement with the target's argmax, per-step
     feature smooth-L1: empty unless `feature_weight`, an ablation). `target_head` is the LM head weight
-    [V, H]; `model` the head or its DDP wrapper. With `world` > 1 the loss is normalised by the global
-    position counts and scaled by `world`, so DDP's gradient average is the global mean's."""
+    [V, H]."""
     features, tokens, top, pad, start = batch
     with torch.no_grad():  # the target's distributions, at label positions only (the responses)
         labels = step_positions(pad, start, 0)                       # [B, T]
@@ -67,7 +65,7 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = Ea
         p_target = torch.softmax(F.linear(label_top, target_head[head.vocab]).float(), -1)  # restricted, renormalised
         argmax_draft = torch.searchsorted(head.vocab, argmax).clamp(max=len(head.vocab) - 1)
     rows = chain_rows(pad, start, steps)
-    outs = (head if model is None else model)(features, tokens, pad, steps, rows)
+    outs = head(features, tokens, pad, steps, rows)
     scored = []  # per step: which chains are scored, and the row of their label
     for s in range(steps):
         label = slot.gather(1, (rows + s).clamp(min=0, max=pad.shape[1] - 1))
@@ -75,8 +73,6 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = Ea
         keep &= in_vocab[label.clamp(min=0)]                          # scored only if its label is in vocabulary
         scored.append((keep, label[keep]))
     counts = torch.stack([k.sum() for k, _ in scored]).float()
-    if world > 1:
-        dist.all_reduce(counts)
     loss, ces, hits, feats = outs[0].sum() * 0.0, [], [], []  # zero, but part of the graph even if nothing is scored
     for s, (keep, label) in enumerate(scored):
         if not keep.any():
@@ -91,7 +87,7 @@ def ttt_loss(head: Eagle3Head, batch, target_head: torch.Tensor, steps: int = Ea
             feature = F.smooth_l1_loss(outs[s][keep].float(), label_top[label], reduction="none").mean(-1)
             term = ce + feature_weight * feature
             feats.append(float(feature.mean().detach()))
-        loss = loss + STEP_DECAY ** s * term.sum() / counts[s].clamp(min=1) * world
+        loss = loss + STEP_DECAY ** s * term.sum() / counts[s].clamp(min=1)
         ces.append(float(ce.mean().detach()))
         hits.append(float((logp.argmax(-1) == argmax_draft[label]).float().mean()))
     return loss, ces, hits, feats
