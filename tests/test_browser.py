@@ -39,6 +39,23 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 SERVER_START_S, KERNEL_START_S, DECODE_S = 90, 120, 180  # generous: the machine may be busy
 RUN_TRIES, RUN_WAIT_S = 6, 10
 TREE = ".lab-tree"
+PHASE_ORDER = ("drafting", "mask", "verify", "commit")
+# the smallest font of the inspector's tree, summary and text, and the lowest contrast of a node's
+# label on its box (WCAG's ratio of relative luminances), computed from the page's own styles
+SMALL_TEXT = """[...document.querySelectorAll('.lab-inspector :is(.lab-tree, .lab-text, .lab-summary, .lab-details) *')]
+  .filter((e) => e.tagName !== 'title' && [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim()))
+  .map((e) => [e.tagName, parseFloat(getComputedStyle(e).fontSize), e.textContent.slice(0, 30)])
+  .filter(([, size]) => size < 18)"""
+SMALLEST_CONTRAST = """(() => {
+  const lum = (c) => c.match(/[0-9.]+/g).slice(0, 3).map(Number).map((v) => v / 255)
+    .map((v) => (v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4))
+    .reduce((sum, v, i) => sum + v * [0.2126, 0.7152, 0.0722][i], 0);
+  return Math.min(...[...document.querySelectorAll('.lab-inspector .lab-tree g.node')].map((node) => {
+    const [a, b] = [lum(getComputedStyle(node.querySelector('text')).fill),
+                    lum(getComputedStyle(node.querySelector('rect:not([fill=none])')).fill)];
+    return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  }));
+})()"""
 
 # All that differs between the two UIs for this test. Notebook 7 is built from JupyterLab's own
 # components, so the cells, the prompt, the toolbar's execution indicator, the key that runs a
@@ -154,16 +171,16 @@ def _accept_dialog(page) -> str | None:
     return text
 
 
-def _run_the_code_cell(page) -> None:
-    """Run the notebook's code cell. A kernel that reports idle a moment before it is connected
+def _run_the_code_cell(page, index: int = 0) -> None:
+    """Run the notebook's code cell number `index`. A kernel that reports idle a moment before it is connected
     drops the request (the prompt stays `[ ]`), so ask again until the cell is queued or runs.
     Notebook 7 once put a dialog over the page during those tries, which blocks every click: it
     is accepted (its text printed), the way a user would go on, and the run is asked for again."""
-    prompt = page.locator(".jp-CodeCell .jp-InputPrompt").first
+    prompt = page.locator(".jp-CodeCell .jp-InputPrompt").nth(index)
     dialogs = []
     for _ in range(RUN_TRIES):
         dialogs.append(_accept_dialog(page))
-        page.click(".jp-CodeCell .cm-content")
+        page.locator(".jp-CodeCell .cm-content").nth(index).click()
         page.keyboard.press("Control+Enter")  # run it and stay on it
         try:
             page.wait_for_function("(prompt) => !prompt.innerText.includes('[ ]')", arg=prompt.element_handle(),
@@ -182,7 +199,7 @@ def test_the_inspector_draws_and_redraws(ui, jupyter, tmp_path):
     keep = os.environ.get("LAB_SCREENSHOTS") == "1" and UIS[ui]["figures"]
     shots = FIGURES_DIR if keep else tmp_path
     shots.mkdir(exist_ok=True)
-    started = time.perf_counter()
+    started, shots_taken = time.perf_counter(), []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
@@ -233,10 +250,101 @@ def test_the_inspector_draws_and_redraws(ui, jupyter, tmp_path):
             assert page.locator(f"{TREE} svg g.node").count() >= 2
             assert page.locator(f"{TREE} svg path.edge.path").count() >= 1
             inspector.screenshot(path=shots / "inspector_sd.png")
+
+            # a typed prompt decodes, another method of the loop is chosen, and the four phases step by
+            before = _tree_markup(page)
+            page.fill(".lab-prompt textarea", "List three facts about the moon.")
+            page.click("button.lab-decode")
+            _wait_for_redraw(page, before)
+            before = _tree_markup(page)
+            page.select_option(".lab-method select", "pld")
+            _wait_for_redraw(page, before)
+            page.wait_for_function("() => document.querySelector('.lab-inspector').innerText.includes('pld at')",
+                                   timeout=DECODE_S * 1000)
+            for phase in PHASE_ORDER:
+                for _ in range(10):  # the drafting levels first, one step each
+                    if page.locator(f"{TREE} .lab-phase.{phase}").count():
+                        break
+                    before = _tree_markup(page)
+                    page.click("button.lab-step")
+                    _wait_for_redraw(page, before)
+                assert page.locator(f"{TREE} .lab-phase.{phase}").count() == 1, phase
+                inspector.screenshot(path=shots / f"inspector_{phase}.png")
+                shots_taken.append(f"inspector_{phase}.png")
+            assert page.locator(f"{TREE} .lab-kept").count() == 1  # the commit names the rows kept
+
+            # the keyboard, while the view has focus: ArrowLeft steps back, ArrowRight on; Escape leaves
+            page.focus(TREE)
+            before = _tree_markup(page)
+            page.keyboard.press("ArrowLeft")
+            _wait_for_redraw(page, before)
+            assert page.locator(f"{TREE} .lab-phase.verify").count() == 1
+            before = _tree_markup(page)
+            page.keyboard.press("ArrowRight")
+            _wait_for_redraw(page, before)
+            assert page.locator(f"{TREE} .lab-phase.commit").count() == 1
+            page.keyboard.press("Escape")
+            assert not page.evaluate(f"() => document.activeElement.closest('{TREE}') !== null")
+
+            # projector mode: every label of the tree, the summary and the text at 18 px or more, black on tints
+            page.click(".lab-view button:text-is('tree')")
+            page.wait_for_selector(f"{TREE} svg g.node", timeout=DECODE_S * 1000)
+            page.check(".lab-projector input")
+            page.wait_for_selector(f"{TREE} svg text[font-size='22']", timeout=DECODE_S * 1000)
+            small = page.evaluate(f"() => {SMALL_TEXT}")
+            assert not small, f"text under 18 px in projector mode: {small[:5]}"
+            assert page.evaluate(f"() => {SMALLEST_CONTRAST}") >= 4.5
+            inspector.screenshot(path=shots / "inspector_projector.png")
+            shots_taken.append("inspector_projector.png")
+
+            # two methods side by side, aligned by output position, each with its target forwards
+            _run_the_code_cell(page, 1)
+            page.wait_for_selector(".lab-side-by-side .lab-forwards", timeout=DECODE_S * 1000)
+            page.wait_for_function("() => document.querySelector('.lab-side-by-side .lab-forwards')"
+                                   ".innerText.split('target forwards').length === 3", timeout=DECODE_S * 1000)
+            assert page.locator(f".lab-side-by-side {TREE} svg").count() == 2
+            forwards = page.inner_text(".lab-side-by-side .lab-forwards")
+            _step_slider(page, ".lab-position")
+            page.wait_for_function("(before) => document.querySelector('.lab-side-by-side .lab-forwards')"
+                                   ".innerText !== before", arg=forwards, timeout=DECODE_S * 1000)
+            page.locator(".lab-side-by-side").screenshot(path=shots / "inspector_side_by_side.png")
+            shots_taken.append("inspector_side_by_side.png")
         finally:
             browser.close()
     if keep:  # the README shows them: record how they were made, like a notebook's figures
         record("screenshots", "test_browser", {"seconds": round(time.perf_counter() - started, 1),
                                                "figures": ["inspector_eagle2.png", "inspector_cycle.png",
-                                                           "inspector_sd.png"]},
+                                                           "inspector_sd.png", *shots_taken]},
                command="LAB_SCREENSHOTS=1 python -m pytest tests/test_browser.py")
+
+
+def test_an_exported_session_steps_with_the_keyboard_and_no_kernel(tiny, tokenizer, tmp_path):
+    """A session saved to one HTML page opens from a file, with no Jupyter server: the arrow keys and
+    the buttons step through each cycle's views, the whole tree first, then the four phases."""
+    from lab.bench import Setup
+    from lab.sampling import Sampling
+    from lab.target.load import make_draft
+    from lab.viz.inspector import DraftTreeInspector
+    from lab.viz.session import export_html
+    chromium = _chromium_or_skip("jupyterlab")
+    setup = Setup(tiny, make_draft(tiny, 1), tokenizer, Sampling(), 0, 0, 0)
+    view = DraftTreeInspector("Name three colours of the sea.", "sd-tree", 1.0, (3, 2, 6), 12, setup=setup)
+    page_path = export_html(view, tmp_path / "session.html")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(page_path.as_uri())
+            where = lambda: page.inner_text("#where")  # noqa: E731
+            assert where().startswith("cycle 1 of") and where().endswith("· tree")
+            assert page.locator("#view svg g.node").count() >= 2
+            seen = []
+            for _ in range(8):
+                page.keyboard.press("ArrowRight")
+                seen.append(where().rsplit("· ", 1)[1])
+            assert seen[0] == "drafting" and seen.index("mask") < seen.index("verify") < seen.index("commit")
+            assert where().startswith("cycle 2 of") or seen[-1] == "commit"
+            page.click("#back")
+            assert where().rsplit("· ", 1)[1] == seen[-2]
+        finally:
+            browser.close()

@@ -2,6 +2,7 @@
 temperature, budget, clicks), on the tiny target with untrained drafts and heads; and the
 recorder's explanations, checked against what verification actually decided."""
 import math
+import re
 
 import pytest
 import torch
@@ -100,6 +101,86 @@ def test_the_tree_budget_bounds_every_drafted_tree(setup):
         assert max(len(c) for c in children_of(tree.parents)) <= 2
     view.method_picker.value = "sd"
     assert max(len(r.tree) for r in view.records) == 4  # a chain of 3 drafts after the root
+
+
+def test_stepping_walks_the_four_phases_then_the_next_cycle(setup):
+    """One step at a time: drafting level by level, the mask, verification, the commit, then cycle 2's
+    drafting; each view draws its own phase of the cycle on show."""
+    view = inspector(setup, method="sd-tree")
+    view.depth_slider.value = 3
+    deepest = max(view.record.tree.depths())
+    seen = []
+    for _ in range(deepest + 3):
+        view.step()
+        seen.append((view.view_picker.value, view.level, view.cycle_slider.value))
+    assert seen == ([("drafting", level, 1) for level in range(1, deepest + 1)]
+                    + [("mask", deepest, 1), ("verify", deepest, 1), ("commit", deepest, 1)])
+    for phase in ("drafting", "mask", "verify", "commit"):
+        view.view_picker.value = phase
+        assert view.view.svg.startswith(f'<div class="lab-phase {phase}"')
+    view.step()
+    assert (view.view_picker.value, view.level, view.cycle_slider.value) == ("drafting", 1, 2)
+    # the keys the tree view reports: ArrowLeft retraces the steps, ArrowRight redoes them, T toggles the tree
+    view._message({"key": "ArrowLeft"})
+    assert (view.view_picker.value, view.cycle_slider.value) == ("commit", 1)
+    for want in reversed(seen[:-1]):
+        view._message({"key": "ArrowLeft"})
+        assert (view.view_picker.value, view.level, view.cycle_slider.value) == want
+    view._message({"key": "ArrowRight"})
+    assert view.view_picker.value == seen[1][0] and view.level == seen[1][1]
+    view._message({"key": "t"})
+    assert view.view_picker.value == "tree" and view.view.svg.startswith("<svg")
+
+
+def test_a_typed_prompt_decodes_and_the_projector_enlarges_every_label(setup):
+    view = inspector(setup, method="pld")
+    view.prompt_box.value = "Repeat after me: the sea, the sea, the sea."
+    view.decode_button.click()
+    assert view.prompt_ids == chat_ids(setup.tokenizer, view.prompt_box.value)
+    assert len(view.result.tokens) == 16 and "<b>pld</b> at temperature" in view.summary.value
+    view.projector.value = True
+    assert view.controls.selected_index is None  # the controls fold away
+    sizes = [int(s) for s in re.findall(r'font-size="(\d+)"', view.view.svg)]
+    sizes += [int(s) for s in re.findall(r"font-size:(\d+)px", view.summary.value + view.text.value)]
+    assert sizes and min(sizes) >= 18
+    view.projector.value = False
+    assert view.controls.selected_index == 0
+    assert min(int(s) for s in re.findall(r'font-size="(\d+)"', view.view.svg)) < 18
+    view.method_picker.value = "lookahead"
+    assert view.records and view.result.tokens
+
+
+def test_side_by_side_aligns_two_methods_by_output_position(setup):
+    from lab.viz.inspector import SideBySide
+    pair = SideBySide(PROMPT, ("sd", "sd-tree"), max_new_tokens=16, setup=setup)
+    left, right = pair.sides
+    assert left.result.tokens == right.result.tokens  # lossless at T = 0: the same text, cycle counts apart
+    for token in range(1, 17):
+        pair.position.value = token
+        for side in pair.sides:  # the cycle on show produced that token
+            before = sum(len(r.emitted) for r in side.records[: side.cycle_slider.value - 1])
+            assert before < token <= before + len(side.record.emitted)
+        assert f"{left.cycle_slider.value} target forwards" in pair.forwards.value
+    assert pair.forwards.value.count("target forwards") == 2
+    with pytest.raises(LabError, match="two methods"):
+        SideBySide(PROMPT, ("sd",), setup=setup)
+
+
+def test_a_saved_session_loads_without_decoding_and_exports_a_page(setup, tmp_path, monkeypatch):
+    import lab.viz.inspector as module
+    from lab.viz.session import export_html, load_session, save_session
+    view = inspector(setup, method="sd-tree", temperature=1.0)
+    path = save_session(view, tmp_path / "session.json")
+    monkeypatch.setattr(module, "decode", lambda *a, **k: pytest.fail("a prepared session decoded again"))
+    loaded = load_session(path, setup=setup)
+    assert loaded.records == view.records and loaded.result.tokens == view.result.tokens
+    assert (loaded.method_picker.value, loaded.temperature_slider.value) == ("sd-tree", 1.0)
+    assert loaded.summary.value.split("tokens/s")[0] == view.summary.value.split("tokens/s")[0]
+    page = export_html(loaded, tmp_path / "session.html").read_text()
+    assert page.count("</script>") == 1 and '"drafting"' in page and '"commit"' in page
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(LabError, match="not a saved inspector session"):
+        load_session(tmp_path / "other.json", setup=setup)
 
 
 def test_temperature_samples_reproducibly(setup):

@@ -34,6 +34,8 @@ class CycleRecord:
     final_prob: float          # the target's probability of `final` after the last accepted node
     uniforms: list[float] | None   # verification's draw for each node (root: NaN; None when greedy)
     seconds: float             # decoding time until the end of this cycle, recording excluded
+    context_len: int = 0       # tokens before the cycle: the root is the cache's row context_len - 1
+    residual: list[tuple[int, float]] | None = None  # a sampled correction: the top of what it was drawn from
 
 
 class CycleRecorder:
@@ -50,7 +52,7 @@ class CycleRecorder:
                  origins: list[str]) -> None:
         entered = time.perf_counter()
         chain = not isinstance(proposal, DraftTree)
-        tree = self._chain_tree(context[-1], *proposal) if chain else proposal
+        tree = self._chain_tree(context[-1], *proposal) if chain else self._scored_tree(proposal)
         logits = cycle.logits.float().cpu()
         p = torch.softmax(logits, -1) if self.sampling.greedy else probabilities(logits, self.sampling)
         top = p.max(-1)
@@ -59,8 +61,34 @@ class CycleRecorder:
             cycle.last, list(emitted), list(origins),
             [1.0] + [float(p[parent, token]) for token, parent in zip(tree.tokens[1:], tree.parents[1:])],
             list(zip(top.indices.tolist(), top.values.tolist())), float(p[cycle.rows[-1], cycle.tokens[-1]]),
-            self._per_node(cycle.uniforms, chain), entered - self._start - self._recording))
+            self._per_node(cycle.uniforms, chain), entered - self._start - self._recording, len(context),
+            self._residual(tree, cycle, p, None if not chain else proposal[1])))
         self._recording += time.perf_counter() - entered
+
+    @staticmethod
+    def _scored_tree(tree: DraftTree) -> DraftTree:
+        """The tree with a confidence and path value for every node: a drafter that keeps none (Lookahead's
+        n-grams) drafts deterministically, q(x) = 1."""
+        if len(tree.confidences) == len(tree) and len(tree.values) == len(tree):
+            return tree
+        return DraftTree(tree.tokens, tree.parents, [0.0] * len(tree), [1.0] * len(tree), tree.candidates)
+
+    def _residual(self, tree: DraftTree, cycle: Cycle, p: torch.Tensor, q: torch.Tensor | None,
+                  top: int = 5) -> list[tuple[int, float]] | None:
+        """After a sampled rejection, the `top` tokens of the distribution the correction was drawn from,
+        with their probabilities: a chain's max(0, p - q) at the rejected position (q one-hot at the draft
+        without a q), a tree's p with the rejected children's tokens removed, both renormalised."""
+        if self.sampling.greedy or cycle.last != "corrected":
+            return None
+        row = cycle.rows[-1]
+        left = p[row].clone()
+        if q is not None:
+            left = (left - q[row].float().cpu()).clamp(min=0)
+        else:
+            for child in children_of(tree.parents)[row]:
+                left[tree.tokens[child]] = 0.0
+        values, tokens = (left / left.sum()).topk(top)
+        return [(int(t), float(v)) for t, v in zip(tokens, values) if v > 0]
 
     @staticmethod
     def _per_node(uniforms: torch.Tensor | None, chain: bool) -> list[float] | None:

@@ -23,10 +23,12 @@ from ..paths import EAGLE3_SHIPPED, shipped_head
 from ..sampling import Sampling
 from ..target.load import engine_for, load_draft, load_target, load_tokenizer
 from .cycles import CycleRecord, CycleRecorder, cycle_summary, node_details
-from .drawing import cycle_svg, foldable, generated_html
+from .drawing import NOTEBOOK, PROJECTOR, cycle_svg, foldable, generated_html
+from .phases import PHASES, phase_html
 
-INSPECTED_METHODS = ("sd", "sd-tree", "eagle1", "eagle2", "eagle3")
-CHAIN_METHODS = ("sd",)  # their budget is the chain's length: the depth slider alone
+INSPECTED_METHODS = ("sd", "sd-tree", "pld", "pld-tree", "lookahead", "eagle1", "eagle2", "eagle3")
+CHAIN_METHODS = ("sd", "pld", "pld-tree", "lookahead")  # their budget is the depth slider alone (lookahead: none)
+VIEWS = ("tree", *PHASES)  # the whole cycle, or one phase of it
 DEPTHS, TOP_KS, TOTALS = (1, 8), (1, 10), (2, 64)  # the budget sliders' ranges
 MAX_TEMPERATURE = 2.0
 DRAFT_LAYERS = 2  # the shipped draft that sd and sd-tree use (the command line's default)
@@ -51,12 +53,12 @@ class DraftTreeInspector(widgets.VBox):
 
     def __init__(self, prompt: str, method: str = "eagle2", temperature: float = 0.0,
                  tree: tuple[int, int, int] | None = None, max_new_tokens: int = 64, seed: int = 0,
-                 setup: Setup | None = None):
+                 setup: Setup | None = None, recorded: list[CycleRecord] | None = None):
         super().__init__()
         _check_arguments(prompt, method, temperature, tree, max_new_tokens)
         self.setup = dataclasses.replace(setup) if setup is not None else _shipped_setup()
         self.engine = engine_for(self.setup.target)
-        self.prompt_ids = chat_ids(self.setup.tokenizer, prompt)
+        self.prompt_ids: list[int] = []
         self.max_new_tokens, self.seed = max_new_tokens, seed
         self.records: list[CycleRecord] = []
         self.result: DecodeResult | None = None
@@ -77,27 +79,104 @@ class DraftTreeInspector(widgets.VBox):
         widgets.link((self.play, "value"), (self.cycle_slider, "value"))
         self.summary, self.details, self.text = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.view = TreeView()
+        self.prompt_box = widgets.Textarea(prompt, description="prompt", layout=widgets.Layout(width="640px"))
+        self.decode_button = widgets.Button(description="decode", tooltip="decode the prompt again")
+        self.view_picker = widgets.ToggleButtons(options=VIEWS, value="tree", description="view",
+                                                 tooltips=["the whole cycle", "the tree, level by level",
+                                                           "the attention mask the target received",
+                                                           "the nodes in the order verification checks them",
+                                                           "the cache rows kept and the tokens added"])
+        self.step_button = widgets.Button(description="step ▶", tooltip="the next phase (after the commit: the next "
+                                                                         "cycle)")
+        self.projector = widgets.Checkbox(False, description="projector", tooltip="labels of 18 px or more, the "
+                                                                                  "Okabe-Ito palette")
+        self.level = 1  # the drafting view's deepest level shown
         for widget, name in ((self, "inspector"), (self.method_picker, "method"),
                              (self.temperature_slider, "temperature"), (self.depth_slider, "depth"),
                              (self.top_k_slider, "top-k"), (self.total_slider, "total"),
                              (self.cycle_slider, "cycle"), (self.play, "play"), (self.view, "tree"),
-                             (self.details, "details"), (self.text, "text")):
+                             (self.details, "details"), (self.text, "text"), (self.summary, "summary"),
+                             (self.prompt_box, "prompt"), (self.decode_button, "decode"), (self.view_picker, "view"),
+                             (self.step_button, "step"), (self.projector, "projector")):
             widget.add_class(f"lab-{name}")  # stable handles for the browser test
-        self.children = [widgets.HBox([self.method_picker, self.temperature_slider]),
-                         widgets.HBox([self.depth_slider, self.top_k_slider, self.total_slider]),
-                         widgets.HBox([self.play, self.cycle_slider]),
+        self.controls = widgets.Accordion([widgets.VBox([
+            widgets.HBox([self.prompt_box, self.decode_button]),
+            widgets.HBox([self.method_picker, self.temperature_slider]),
+            widgets.HBox([self.depth_slider, self.top_k_slider, self.total_slider])])], selected_index=0)
+        self.controls.set_title(0, "controls")
+        self.children = [self.controls, widgets.HBox([self.play, self.cycle_slider, self.projector]),
+                         widgets.HBox([self.view_picker, self.step_button]),
                          self.summary, self.view, self.details, self.text]
         for control in (self.method_picker, self.temperature_slider, self.depth_slider, self.top_k_slider,
                         self.total_slider):
             control.observe(self._decode, names="value")
+        self.decode_button.on_click(lambda _button: self._decode())
+        self.step_button.on_click(lambda _button: self.step())
+        self.view_picker.observe(lambda _change: self._draw_tree(), names="value")
+        self.projector.observe(self._project, names="value")
         self.cycle_slider.observe(self._show_cycle, names="value")
-        self.view.on_msg(lambda _view, content, _buffers: self.click(int(content["click"])))
-        self._decode()
+        self.view.on_msg(lambda _view, content, _buffers: self._message(content))
+        if recorded is None:
+            self._decode()
+        else:  # a prepared session (lab/viz/session.py): its cycles as recorded, nothing decoded
+            self.prompt_ids = chat_ids(self.setup.tokenizer, prompt)
+            self._show(recorded)
 
     @property
     def record(self) -> CycleRecord:
         """The cycle on show."""
         return self.records[self.cycle_slider.value - 1]
+
+    @property
+    def look(self):
+        """The drawing's sizes and colours: the projector's or the notebook's."""
+        return PROJECTOR if self.projector.value else NOTEBOOK
+
+    def step(self) -> None:
+        """One phase further: the drafting levels one by one, then the mask, verification and the
+        commit; after the commit, the next cycle's drafting (the whole-cycle view steps to drafting)."""
+        view, deepest = self.view_picker.value, max(self.record.tree.depths())
+        if view == "drafting" and self.level < deepest:
+            self.level += 1
+            self._draw_tree()
+        elif view in ("tree", "commit"):
+            if view == "commit" and self.cycle_slider.value < len(self.records):
+                self.cycle_slider.value += 1  # shows the next cycle through the slider's observer
+            self.level = min(1, deepest)
+            if self.view_picker.value == "drafting":
+                self._draw_tree()
+            self.view_picker.value = "drafting"
+        else:
+            self.view_picker.value = VIEWS[VIEWS.index(view) + 1]
+
+    def back(self) -> None:
+        """One phase back, the reverse of `step`: before a cycle's first drafting level, its previous
+        cycle's commit."""
+        view = self.view_picker.value
+        if view == "drafting" and self.level > min(1, max(self.record.tree.depths())):
+            self.level -= 1
+            self._draw_tree()
+        elif view in ("tree", "drafting"):
+            if self.cycle_slider.value > 1:
+                self.cycle_slider.value -= 1
+                self.level = max(self.record.tree.depths())  # as stepping through it left it
+                self.view_picker.value = "commit"
+        else:
+            self.view_picker.value = VIEWS[VIEWS.index(view) - 1]
+            if self.view_picker.value == "drafting":
+                self.level = max(self.record.tree.depths())
+                self._draw_tree()
+
+    def _message(self, content: dict) -> None:
+        """What the tree view reports: a click on a node, or a key pressed while it had focus."""
+        if "click" in content:
+            self.click(int(content["click"]))
+        elif content.get("key") == "ArrowRight":
+            self.step()
+        elif content.get("key") == "ArrowLeft":
+            self.back()
+        elif content.get("key") == "t":  # the whole tree, or back to drafting
+            self.view_picker.value = "drafting" if self.view_picker.value == "tree" else "tree"
 
     def click(self, node: int) -> None:
         """Select `node` (len(tree): the target's own token) and fold or unfold its branch where it can.
@@ -124,15 +203,18 @@ class DraftTreeInspector(widgets.VBox):
         choice = self.setup.eagle_tree or load_choice(dtype=dtype_name(self.setup.target.dtype))
         return choice.depth, choice.top_k, choice.total_tokens
 
-    def _drafter(self, method: str):
-        """The method's drafter with the current budget, loading the shipped draft or head on first use."""
+    def _drafter(self, method: str) -> tuple[object, int]:
+        """The method's drafter with the current budget and its drafts per cycle, loading the shipped
+        draft or head on first use."""
         setup, depth = self.setup, self.depth_slider.value
         top_k, total = self.top_k_slider.value, self.total_slider.value
+        setup.draft_len = depth
         if method in ("sd", "sd-tree"):
             if setup.draft is None:
                 setup.draft = load_draft(setup.target, DRAFT_LAYERS)
             setup.tree = (depth, top_k, total)
-            return make_drafter(setup, method)[0]
+        if method in ("sd", "sd-tree", "pld", "pld-tree", "lookahead"):
+            return make_drafter(setup, method)[:2]
         dtype = dtype_name(setup.target.dtype)
         if method == "eagle3":
             if setup.head3 is None:
@@ -144,19 +226,27 @@ class DraftTreeInspector(widgets.VBox):
                 name = shipped_head("eagle1")
                 setup.head, setup.rank_accuracy = load_head(setup.target, name), rank_accuracy_of(head_manifest(name))
             setup.eagle_tree = given_tree(depth, top_k, total, dtype=dtype)
-        return make_drafter(setup, method)[0]
+        return make_drafter(setup, method)[:2]
 
     def _decode(self, _change: dict | None = None) -> None:
         method = self.method_picker.value
         self.top_k_slider.disabled = method in CHAIN_METHODS or method in STATIC_METHODS
         self.total_slider.disabled = method in CHAIN_METHODS
         sampling = Sampling(self.temperature_slider.value)
-        drafter = self._drafter(method)
+        if not self.prompt_box.value.strip():
+            raise LabError("the inspector needs a prompt: type one in the prompt box")
+        self.prompt_ids = chat_ids(self.setup.tokenizer, self.prompt_box.value)
+        drafter, draft_len = self._drafter(method)
         recorder = CycleRecorder(sampling, drafter)
-        self.result = decode(self.engine, drafter, self.prompt_ids, self.max_new_tokens, sampling,
-                             self.depth_slider.value, self.seed, self.setup.tokenizer.eos_token_id, kernel="torch",
-                             on_cycle=recorder)
-        self.records = recorder.records
+        self.result = decode(self.engine, drafter, self.prompt_ids, self.max_new_tokens, sampling, draft_len,
+                             self.seed, self.setup.tokenizer.eos_token_id, kernel="torch", on_cycle=recorder)
+        self._show(recorder.records, self.result)
+
+    def _show(self, records: list[CycleRecord], result: DecodeResult | None = None) -> None:
+        """Show `records` from their first cycle (`result`: their decoding's, else rebuilt from them)."""
+        self.records = records
+        self.result = result or DecodeResult([t for r in records for t in r.emitted],
+                                             [o for r in records for o in r.origins], len(records))
         if self.cycle_slider.value == 1:
             self._show_cycle()
         else:
@@ -167,19 +257,28 @@ class DraftTreeInspector(widgets.VBox):
         """A cycle comes into view folded, with nothing selected."""
         tokenizer = self.setup.tokenizer
         self.summary.value = self._summary_html()
-        self.text.value = generated_html(self.records, self.cycle_slider.value - 1, tokenizer)
-        self.expanded, self.selected = [], -1
+        self.text.value = generated_html(self.records, self.cycle_slider.value - 1, tokenizer, self.look)
+        self.expanded, self.selected, self.level = [], -1, min(1, max(self.record.tree.depths()))
         self._draw_tree()
+
+    def _project(self, _change: dict | None = None) -> None:
+        """Projector mode on or off: redraw everything; the controls fold away while it is on."""
+        self.controls.selected_index = None if self.projector.value else 0
+        self._show_cycle()
 
     def _draw_tree(self) -> None:
         tokenizer, record = self.setup.tokenizer, self.record
-        self.view.svg = cycle_svg(record, tokenizer, set(self.expanded), self.selected)
+        view = self.view_picker.value
+        self.view.svg = (cycle_svg(record, tokenizer, set(self.expanded), self.selected, self.look) if view == "tree"
+                         else phase_html(view, record, tokenizer, level=self.level, selected=self.selected,
+                                         look=self.look))
         if self.selected < 0:
-            self.details.value = ('<div style="font-size:12px;color:#57606a">Hover over a node for its scores and '
+            self.details.value = (f'<div style="font-size:{self.look.text_px}px">Hover over a node for its scores and '
                                   "verdict; click it to keep them here (and to unfold a +n branch).</div>")
         else:
             lines = node_details(record, self.selected, tokenizer)
-            self.details.value = (f'<div style="font-size:12px"><b>{html.escape(lines[0])}</b><ul style="margin:2px 0">'
+            self.details.value = (f'<div style="font-size:{self.look.text_px}px"><b>{html.escape(lines[0])}</b>'
+                                  '<ul style="margin:2px 0">'
                                   + "".join(f"<li>{html.escape(line)}</li>" for line in lines[1:]) + "</ul></div>")
 
     def _summary_html(self) -> str:
@@ -193,7 +292,8 @@ class DraftTreeInspector(widgets.VBox):
             budget = f"a dynamic tree, depth {depth}, top-k {top_k}, {total} tokens"
         seconds = self.records[-1].seconds
         rate = f", {len(result.tokens) / seconds:.1f} tokens/s" if seconds > 0 else ""
-        return (f'<div style="font-size:13px"><b>{method}</b> at temperature {self.temperature_slider.value:g}, '
+        return (f'<div style="font-size:{self.look.text_px}px"><b>{method}</b> at temperature '
+                f"{self.temperature_slider.value:g}, "
                 f"{budget}: {len(result.tokens)} tokens in {result.cycles} cycles, τ = {result.tau:.2f}{rate}"
                 f"<br><b>cycle {self.cycle_slider.value} of {len(self.records)}</b>: "
                 f"{html.escape(cycle_summary(self.record, self.setup.tokenizer))}</div>")
@@ -218,3 +318,47 @@ def _check_arguments(prompt: str, method: str, temperature: float, tree: tuple[i
 def _shipped_setup() -> Setup:
     """The shipped target and tokenizer; drafts and heads load when a method needs them."""
     return Setup(load_target(), None, load_tokenizer(), Sampling(), 0, 0, 0)
+
+
+class SideBySide(widgets.VBox):
+    """Two methods on one prompt, seed and temperature, their cycles aligned by output position: the
+    token slider shows on each side the cycle that produced that token, and how many target forwards
+    (cycles) each method has needed to reach it. `setup` as for DraftTreeInspector, shared."""
+
+    def __init__(self, prompt: str, methods: tuple[str, str] = ("sd", "eagle2"), temperature: float = 0.0,
+                 max_new_tokens: int = 64, seed: int = 0, setup: Setup | None = None):
+        super().__init__()
+        if len(methods) != 2:
+            raise LabError(f"SideBySide compares two methods, got {len(methods)}: {methods!r}")
+        setup = setup if setup is not None else _shipped_setup()
+        self.sides = [DraftTreeInspector(prompt, method, temperature, max_new_tokens=max_new_tokens, seed=seed,
+                                         setup=setup) for method in methods]
+        for side in self.sides:
+            side.controls.selected_index = None  # folded: the two cycles need the width
+        shortest = min(len(side.result.tokens) for side in self.sides)
+        self.position = widgets.IntSlider(1, 1, shortest, description="token", layout=widgets.Layout(width="640px"))
+        self.forwards = widgets.HTML()
+        self.position.add_class("lab-position")
+        self.forwards.add_class("lab-forwards")
+        self.add_class("lab-side-by-side")
+        self.position.observe(self._align, names="value")
+        self.children = [self.position, self.forwards, widgets.HBox(self.sides)]
+        self._align()
+
+    def cycle_of(self, side: int, token: int) -> int:
+        """The cycle (from 1) of side `side` whose emitted tokens include output token `token` (from 1)."""
+        produced = 0
+        for number, record in enumerate(self.sides[side].records, 1):
+            produced += len(record.emitted)
+            if produced >= token:
+                return number
+        raise LabError(f"side {side} produced {produced} tokens, not {token}")
+
+    def _align(self, _change: dict | None = None) -> None:
+        token = self.position.value
+        counts = []
+        for index, side in enumerate(self.sides):
+            side.cycle_slider.value = self.cycle_of(index, token)
+            counts.append(f"<b>{side.method_picker.value}</b>: {side.cycle_slider.value} target forwards")
+        self.forwards.value = (f'<div style="font-size:{self.sides[0].look.text_px}px">the first {token} tokens took '
+                               + " · ".join(counts) + "</div>")
