@@ -73,11 +73,13 @@ def top_children(logp: torch.Tensor, k: int, ids: torch.Tensor | None = None) ->
     return top.values, (top.indices if ids is None else ids[top.indices])
 
 
-def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_tokens: int) -> DraftTree:
+def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_tokens: int,
+                 expansions: list[DraftTree] | None = None) -> DraftTree:
     """EAGLE-2's dynamic draft tree: at each of `depth` depths the `top_k` newest nodes of highest
     path value (summed draft log-probabilities; a product of probabilities underflows) each get their
     `top_k` most likely children; then `rerank` keeps at most `total_tokens` nodes, which form a
-    connected tree because a child's value never exceeds its parent's."""
+    connected tree because a child's value never exceeds its parent's. With `expansions` (a list: the
+    inspector's), the tree before reranking is appended to it."""
     tree = DraftTree([root_token], [-1], [0.0], [1.0])
     frontier = [0]
     for _ in range(depth):
@@ -91,13 +93,19 @@ def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_
                 tree.confidences.append(math.exp(lp))
                 layer.append(len(tree.tokens) - 1)
         frontier = sorted(layer, key=lambda i: (-tree.values[i], i))[:top_k]
+    if expansions is not None:
+        expansions.append(tree)
     return rerank(tree, total_tokens)
 
 
+def reranked(tree: DraftTree, total_tokens: int) -> list[int]:
+    """The nodes `rerank` keeps: the root and the best `total_tokens - 1` by value (ties: the earlier)."""
+    return [0] + sorted(sorted(range(1, len(tree)), key=lambda i: (-tree.values[i], i))[: max(total_tokens - 1, 0)])
+
+
 def rerank(tree: DraftTree, total_tokens: int) -> DraftTree:
-    """The root and the best `total_tokens - 1` nodes by value (ties: the earlier), parents first."""
-    best = sorted(range(1, len(tree)), key=lambda i: (-tree.values[i], i))[: max(total_tokens - 1, 0)]
-    keep = [0] + sorted(best)
+    """The tree of the nodes `reranked` keeps, parents first."""
+    keep = reranked(tree, total_tokens)
     new_index = {old: new for new, old in enumerate(keep)}
     if any(tree.parents[i] not in new_index for i in keep[1:]):
         raise AssertionError("reranking broke the tree: a kept node's parent was dropped")

@@ -43,7 +43,8 @@ PHASE_ORDER = ("drafting", "mask", "verify", "commit")
 # the smallest font of the inspector's tree, summary and text, and the lowest contrast of a node's
 # label on its box (WCAG's ratio of relative luminances), computed from the page's own styles
 SMALL_TEXT = """[...document.querySelectorAll('.lab-inspector :is(.lab-tree, .lab-text, .lab-summary, .lab-details) *')]
-  .filter((e) => e.tagName !== 'title' && [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim()))
+  .filter((e) => e.tagName !== 'title' && !e.closest('.lab-export'))
+  .filter((e) => [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim()))
   .map((e) => [e.tagName, parseFloat(getComputedStyle(e).fontSize), e.textContent.slice(0, 30)])
   .filter(([, size]) => size < 18)"""
 SMALLEST_CONTRAST = """(() => {
@@ -296,6 +297,14 @@ def test_the_inspector_draws_and_redraws(ui, jupyter, tmp_path):
             assert page.evaluate(f"() => {SMALLEST_CONTRAST}") >= 4.5
             inspector.screenshot(path=shots / "inspector_projector.png")
             shots_taken.append("inspector_projector.png")
+            # the view on show saved as SVG and as PNG, by the browser alone
+            with page.expect_download() as saved:
+                page.click(f"{TREE} button.lab-save-svg")
+            svg = Path(saved.value.path()).read_text()
+            assert svg.startswith('<svg class="draft-tree"') and 'font-size="22"' in svg
+            with page.expect_download() as saved:
+                page.click(f"{TREE} button.lab-save-png")
+            assert Path(saved.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
             # two methods side by side, aligned by output position, each with its target forwards
             _run_the_code_cell(page, 1)

@@ -71,7 +71,7 @@ def test_the_phases_match_what_the_engine_received_and_the_rules_decide(tiny, to
         # the mask phase: row i has a ■ in exactly the columns the engine let node i attend to
         drawn = re.findall(r'<tr data-node="(\d+)">(.*?)</tr>', mask_html(record, tokenizer))
         assert [(int(i), row.count("■")) for i, row in drawn] == [(i, int(mask[i].sum())) for i in range(len(mask))]
-        assert all(f"■" not in cell or mask[int(i), j] for i, row in drawn
+        assert all("■" not in cell or mask[int(i), j] for i, row in drawn
                    for j, cell in enumerate(re.findall(r"<td[^>]*>(.*?)</td>", row)))
         # the verify phase: every verdict it shows is the one the reference rule gives
         verdicts = recomputed_verdicts(record, logits, sampling)

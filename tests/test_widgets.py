@@ -11,9 +11,10 @@ from lab.bench import Setup
 from lab.costmodel import load_choice
 from lab.data import chat_ids
 from lab.decode import decode
-from lab.drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft
+from lab.drafters import EagleDraft, ModelDraft, NoDraft, ReferenceDraft, TreeModelDraft
 from lab.drafters.eagle1 import EagleHead
 from lab.drafters.eagle3 import Eagle3Head
+from lab.drafters.medusa import MedusaHeads
 from lab.errors import LabError
 from lab.sampling import Sampling
 from lab.target.engine import Engine
@@ -22,6 +23,7 @@ from lab.verify.lossless import children_of
 from lab.viz.cycles import CycleRecorder, node_details, node_states, visible_text
 from lab.viz.drawing import cycle_svg, foldable
 from lab.viz.inspector import DraftTreeInspector
+from lab.viz.phases import drafted_depth, drafting_html
 
 PROMPT = "Name three colours of the sea."
 
@@ -108,7 +110,7 @@ def test_stepping_walks_the_four_phases_then_the_next_cycle(setup):
     drafting; each view draws its own phase of the cycle on show."""
     view = inspector(setup, method="sd-tree")
     view.depth_slider.value = 3
-    deepest = max(view.record.tree.depths())
+    deepest = drafted_depth(view.record)
     seen = []
     for _ in range(deepest + 3):
         view.step()
@@ -148,10 +150,14 @@ def test_a_typed_prompt_decodes_and_the_projector_enlarges_every_label(setup):
     assert min(int(s) for s in re.findall(r'font-size="(\d+)"', view.view.svg)) < 18
     view.method_picker.value = "lookahead"
     assert view.records and view.result.tokens
+    view.setup.medusa = MedusaHeads(setup.target, torch.arange(0, setup.target.config.vocab_size, 3))  # untrained
+    view.total_slider.value = 5
+    view.method_picker.value = "medusa"  # a static tree of 5 tokens, shaped by the shipped heads' accuracy
+    assert view.records and all(len(r.tree) <= 5 for r in view.records)
 
 
 def test_side_by_side_aligns_two_methods_by_output_position(setup):
-    from lab.viz.inspector import SideBySide
+    from lab.viz.compare import SideBySide
     pair = SideBySide(PROMPT, ("sd", "sd-tree"), max_new_tokens=16, setup=setup)
     left, right = pair.sides
     assert left.result.tokens == right.result.tokens  # lossless at T = 0: the same text, cycle counts apart
@@ -183,11 +189,83 @@ def test_a_saved_session_loads_without_decoding_and_exports_a_page(setup, tmp_pa
         load_session(tmp_path / "other.json", setup=setup)
 
 
+def test_background_decoding_shows_progress_and_cancel_keeps_the_cycles_on_show(setup, monkeypatch):
+    import threading
+    import lab.viz.inspector as module
+    view = inspector(setup, method="sd", background=True)
+    view.wait()
+    assert view.records and view.progress.value == len(view.result.tokens) == 16 and view.cancel_button.disabled
+    shown, started, calls = list(view.records), threading.Event(), []
+
+    def endless(*args, on_tokens=None, **kwargs):  # a decoding that runs until it is cancelled
+        started.set()
+        while len(calls) < 100_000:
+            calls.append(1)
+            on_tokens([1], ["target"])
+        pytest.fail("cancel never reached the decoding")
+    monkeypatch.setattr(module, "decode", endless)
+    view.decode_button.click()
+    assert started.wait(10) and not view.cancel_button.disabled
+    view.cancel_button.click()
+    view.wait()
+    assert view.records == shown and "decoding cancelled" in view.summary.value and view.cancel_button.disabled
+
+
+def test_the_drafting_view_shows_what_reranking_cut(setup):
+    """While inspecting, a dynamic drafter keeps each tree before reranking; reranking that tree gives the
+    tree decoded, and the deepest drafting view strikes out exactly the candidates it cut. Outside the
+    inspector nothing is kept."""
+    from lab.trees import rerank
+    view = inspector(setup, method="sd-tree")
+    view.depth_slider.value, view.top_k_slider.value, view.total_slider.value = 3, 3, 6
+    cuts = []
+    for record in view.records:
+        again = rerank(record.expanded, len(record.tree))
+        assert (again.tokens, again.parents) == (record.tree.tokens, record.tree.parents)
+        drawn = drafting_html(record, setup.tokenizer, drafted_depth(record))
+        cuts.append(drawn.count('class="node cut"'))
+        assert cuts[-1] == len(record.expanded) - len(record.tree)
+    assert max(cuts) > 0
+    plain = TreeModelDraft(setup.draft, 3, 3, 6)
+    decode(Engine(setup.target), plain, chat_ids(setup.tokenizer, PROMPT), 8, Sampling(), 3, 0, None)
+    assert plain.expansions is None
+
+
+def test_lossy_rules_are_marked_and_name_the_tokens_only_they_let_through(setup, monkeypatch):
+    import lab.viz.methods as methods
+    from lab.verify.lossy import JudgeRule, Probe
+    from lab.viz.cycles import rule_only
+    view = inspector(setup, method="sd")
+    h = setup.target.config.hidden_size
+    view.setup.judge = JudgeRule(Probe(1, torch.zeros(h), torch.ones(h), torch.zeros(h), 0.0), 0.1)  # P 0.5: all pass
+    made = methods.make_drafter
+    # drafts the tiny target would never write (it repeats one token), so that only the rule accepts them
+    monkeypatch.setattr(methods, "make_drafter", lambda s, m: (ReferenceDraft(len(view.prompt_ids), list(range(5, 40))),
+                                                               *made(s, m)[1:]))
+    view.method_picker.value = "judge"
+    assert view.temperature_slider.disabled and "lossy" in view.summary.value
+    only = [(r, n) for r in view.records for n in rule_only(r)]
+    assert only  # the untrained draft's tokens, let through by the judge alone
+    for record, node in only:
+        assert record.rule == "judge" and record.rule_scores[node] == pytest.approx(0.5)
+        assert node_details(record, node, setup.tokenizer)[3].startswith("accepted by the judge rule only")
+    view.cycle_slider.value = len(view.records)
+    marked = sum(1 for r in view.records for i in range(len(r.emitted)) if r.path[i + 1: i + 2]
+                 and r.path[i + 1] in rule_only(r))
+    assert view.text.value.count('class="token draft lossy"') == marked > 0
+    view.method_picker.value = "topk"
+    assert {r.rule for r in view.records} == {"topk2"} and "lossy" in view.summary.value
+
+
 def test_temperature_samples_reproducibly(setup):
     view = inspector(setup, method="sd-tree")
     view.temperature_slider.value = 1.0
     assert all(not r.greedy and len(r.uniforms) == len(r.tree) for r in view.records)
     again = inspector(setup, method="sd-tree", temperature=1.0)
+    assert again.result.tokens == view.result.tokens
+    again.seed_box.value = 1  # another seed decodes again, other draws
+    assert [r.uniforms for r in again.records] != [r.uniforms for r in view.records]
+    again.seed_box.value = 0
     assert again.result.tokens == view.result.tokens
 
 
@@ -233,7 +311,7 @@ def test_the_static_fallback_is_the_same_drawing(setup):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"method": "medusa"}, "steps through"), ({"temperature": -0.5}, "temperature"),
+    ({"method": "hf"}, "steps through"), ({"temperature": -0.5}, "temperature"),
     ({"tree": (0, 4, 16)}, "tree must be"), ({"tree": (4, 4, 100)}, "tree must be"),
     ({"max_new_tokens": 0}, "max_new_tokens")])
 def test_bad_arguments_are_one_clear_line(setup, kwargs, message):

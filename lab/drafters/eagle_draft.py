@@ -82,6 +82,7 @@ class EagleDraft:
     chains only). The head's KV cache holds committed pairs (state_t, x_{t+1}), one per scored
     position; a round's nodes are appended with an ancestor mask and cropped away after it. `vocab`
     (`draft_vocabulary`) narrows an EAGLE-1 head's drafts; an EAGLE-3 head takes none (LabError)."""
+    expansions: list[DraftTree] | None = None  # a list: each dynamic tree before reranking is kept (the inspector)
 
     def __init__(self, head, mode: str = "dynamic", depth: int = 4, top_k: int = 4, total_tokens: int = 16,
                  shape: list[tuple[int, ...]] | None = None, vocab: torch.Tensor | None = None):
@@ -150,6 +151,7 @@ class EagleDraft:
             depth = min(self.depth, k)
             tree = dynamic_tree(context[-1], expand, depth, 1, depth + 1)
         else:
-            tree = dynamic_tree(context[-1], expand, min(self.depth, k), self.top_k, self.total_tokens)
+            tree = dynamic_tree(context[-1], expand, min(self.depth, k), self.top_k, self.total_tokens,
+                                self.expansions)
         self.cache.crop(base)
         return (tree.tokens[1:], None) if self.mode == "chain" else tree

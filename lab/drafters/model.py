@@ -95,6 +95,7 @@ class TreeModelDraft(ModelDraft):
     """Two-model speculative decoding with an EAGLE-2 dynamic tree (`dynamic_tree`): one draft forward
     per depth feeds the frontier with an ancestor mask."""
     name = "sd-tree"
+    expansions: list[DraftTree] | None = None  # a list: each tree before reranking is kept (the inspector)
 
     def __init__(self, model, depth: int = 4, top_k: int = 4, total_tokens: int = 16):
         super().__init__(model)
@@ -116,7 +117,7 @@ class TreeModelDraft(ModelDraft):
 
         # the tree must leave room for its bonus token within max_new_tokens
         depth = max(0, min(self.depth, k))
-        tree = dynamic_tree(context[-1], expand, depth, self.top_k, self.total_tokens)
+        tree = dynamic_tree(context[-1], expand, depth, self.top_k, self.total_tokens, self.expansions)
         self.engine.crop(base)
         self.cached = list(context)
         return tree

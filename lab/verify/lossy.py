@@ -75,6 +75,8 @@ class JudgeRule:
     """Accept a draft token if the judge's P(correct) > delta, read at the token's own position in the
     same forward: the target's hidden state and, for a head that reads them, its `logit_features`."""
 
+    seen: list[torch.Tensor] | None = None  # a list: each chain's scores are kept (the inspector)
+
     def __init__(self, probe: Probe, delta: float):
         self.probe, self.delta, self.layers, self.name = probe, delta, (probe.layer,), "judge"
 
@@ -84,4 +86,7 @@ class JudgeRule:
         return self.probe.score(hidden[self.probe.layer][1: n + 1].cpu(), from_logits)
 
     def accepts(self, drafts: list[int], logits: torch.Tensor, hidden: dict) -> list[bool]:
-        return (self.scores(drafts, logits, hidden) > self.delta).tolist()
+        scores = self.scores(drafts, logits, hidden)
+        if self.seen is not None:
+            self.seen.append(scores)
+        return (scores > self.delta).tolist()

@@ -36,15 +36,18 @@ class CycleRecord:
     seconds: float             # decoding time until the end of this cycle, recording excluded
     context_len: int = 0       # tokens before the cycle: the root is the cache's row context_len - 1
     residual: list[tuple[int, float]] | None = None  # a sampled correction: the top of what it was drawn from
+    expanded: DraftTree | None = None  # a dynamic tree before reranking (drafters with `expansions` kept)
+    rule: str | None = None    # a lossy acceptance rule's name (judge, topkK): drafts checked by it too
+    rule_scores: list[float] | None = None  # the judge's P(correct) per node (root: NaN)
 
 
 class CycleRecorder:
     """Pass as `decode(..., on_cycle=recorder)`: keeps a `CycleRecord` of every cycle in `records`, with
-    the probabilities verification used (at temperature 0, the softmax at temperature 1). Its verdicts
-    follow the lossless rules of lab/verify/lossless.py, not a lossy `rule`."""
+    the probabilities verification used (at temperature 0, the softmax at temperature 1). Give it the
+    lossy `rule` decoding used, if any, so that the drafts only the rule let through are named."""
 
-    def __init__(self, sampling: Sampling, drafter: object | None = None):
-        self.sampling, self.drafter = sampling, drafter
+    def __init__(self, sampling: Sampling, drafter: object | None = None, rule: object | None = None):
+        self.sampling, self.drafter, self.rule = sampling, drafter, rule
         self.records: list[CycleRecord] = []
         self._start, self._recording = time.perf_counter(), 0.0
 
@@ -62,8 +65,19 @@ class CycleRecorder:
             [1.0] + [float(p[parent, token]) for token, parent in zip(tree.tokens[1:], tree.parents[1:])],
             list(zip(top.indices.tolist(), top.values.tolist())), float(p[cycle.rows[-1], cycle.tokens[-1]]),
             self._per_node(cycle.uniforms, chain), entered - self._start - self._recording, len(context),
-            self._residual(tree, cycle, p, None if not chain else proposal[1])))
+            self._residual(tree, cycle, p, None if not chain else proposal[1]), self._expanded(),
+            getattr(self.rule, "name", None), self._rule_scores()))
         self._recording += time.perf_counter() - entered
+
+    def _rule_scores(self) -> list[float] | None:
+        """The judge's scores of this cycle's drafts, where it keeps them (`seen`, a list)."""
+        kept = getattr(self.rule, "seen", None)
+        return [math.nan] + kept.pop().tolist() if kept else None
+
+    def _expanded(self) -> DraftTree | None:
+        """The drafter's last tree before reranking, where it keeps them (`expansions`, a list)."""
+        kept = getattr(self.drafter, "expansions", None)
+        return kept.pop() if kept else None
 
     @staticmethod
     def _scored_tree(tree: DraftTree) -> DraftTree:
@@ -129,6 +143,19 @@ def token_text(tokenizer, token: int) -> str:
     return visible_text(tokenizer.decode([token]))
 
 
+def rule_only(record: CycleRecord) -> set[int]:
+    """The accepted nodes that only a lossy rule let through: not the target's argmax after their parent."""
+    if record.rule is None:
+        return set()
+    return {n for n in record.path[1:] if record.tree.tokens[n] != record.best[record.tree.parents[n]][0]}
+
+
+def rule_verdict(record: CycleRecord, node: int) -> str:
+    """How the lossy rule let `node` through: the judge's P(correct), or the Top-K rule's name."""
+    scores = record.rule_scores
+    return f"P(correct) {scores[node]:.3f}" if scores else f"in the target's {record.rule.removeprefix('topk')} best"
+
+
 def node_states(record: CycleRecord) -> list[str]:
     """Each node's verdict: root, accepted, rejected or untried. Greedy verification checks every child
     of an accepted node; sampled verification tries them in order and stops at the first accepted."""
@@ -170,6 +197,11 @@ def _verdict(record: CycleRecord, node: int, state: str, tokenizer) -> str:
             accepted = next(c for c in record.path if record.tree.parents[c] == parent)
             return f"not tried: the earlier sibling {_quoted(tokenizer, record.tree.tokens[accepted])} was accepted"
         return "not verified: a draft above it was rejected"
+    if node in rule_only(record):
+        best = record.best[parent][0]
+        return (f"accepted by the {record.rule} rule only (lossy, {rule_verdict(record, node)}): the target's argmax "
+                f"after {_quoted(tokenizer, record.tree.tokens[parent])} is {_quoted(tokenizer, best)}, so standard "
+                "verification would reject it")
     if record.greedy:
         best, best_p = record.best[parent]
         if state == "accepted":

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from ..verify.lossless import children_of
-from .cycles import ORIGIN_LABELS, CycleRecord, node_details, node_states, token_text
+from .cycles import ORIGIN_LABELS, CycleRecord, node_details, node_states, rule_only, rule_verdict, token_text
 
 # (fill, stroke, text) per node kind; the generated text uses the same colours per origin
 COLOURS = {"root": ("#ddf4ff", "#0969da", "#0a3069"), "accepted": ("#dafbe1", "#1a7f37", "#0f5323"),
@@ -191,13 +191,19 @@ def generated_html(records: list[CycleRecord], upto: int, tokenizer, look: Look 
     """The text of cycles 0..upto coloured by origin (cycle `upto` underlined), with running τ and speed."""
     tokens = [t for r in records[: upto + 1] for t in r.emitted]
     origins = [o for r in records[: upto + 1] for o in r.origins]
+    lossy = [next((rule_verdict(r, n) for n in r.path[i + 1: i + 2] if n in rule_only(r)), None)
+             for r in records[: upto + 1] for i in range(len(r.emitted))]  # per token: the rule's say, if only it
     current = len(tokens) - len(records[upto].emitted)
     spans = []
     for i, (piece, origin) in enumerate(zip(text_pieces(tokenizer, tokens), origins)):
         fill, _, ink = look.colours[ORIGIN_KIND[origin]]
         style = f"background:{fill};color:{ink}" + (";text-decoration:underline" if i >= current else "")
-        spans.append(f'<span class="token {origin}" style="{style}" title="{ORIGIN_LABELS[origin]}">'
-                     f"{html.escape(piece)}</span>")
+        title = ORIGIN_LABELS[origin]
+        if lossy[i]:  # a token standard verification would have rejected
+            style += f";outline:2px dashed {look.colours['corrected'][1]}"
+            title = f"accepted by the lossy rule only ({lossy[i]}): standard verification would reject it"
+        spans.append(f'<span class="token {origin}{" lossy" if lossy[i] else ""}" style="{style}" '
+                     f'title="{html.escape(title)}">{html.escape(piece)}</span>')
     seconds = records[upto].seconds
     rate = f"{len(tokens) / seconds:.1f} tokens/s" if seconds > 0 else "–"
     legend = " · ".join(f'<span style="background:{look.colours[ORIGIN_KIND[o]][0]};'

@@ -7,32 +7,31 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import threading
 from pathlib import Path
 
 import anywidget
 import ipywidgets as widgets
 import traitlets
 
-from ..bench import STATIC_METHODS, Setup, make_drafter
-from ..costmodel import dtype_name, given_tree, load_choice
+from ..bench import STATIC_METHODS, Setup
+from ..costmodel import dtype_name, load_choice
 from ..data import chat_ids
 from ..decode import DecodeResult, decode
-from ..drafters.heads import head_manifest, load_head, rank_accuracy_of
 from ..errors import LabError
-from ..paths import EAGLE3_SHIPPED, shipped_head
 from ..sampling import Sampling
-from ..target.load import engine_for, load_draft, load_target, load_tokenizer
+from ..target.load import engine_for
 from .cycles import CycleRecord, CycleRecorder, cycle_summary, node_details
 from .drawing import NOTEBOOK, PROJECTOR, cycle_svg, foldable, generated_html
-from .phases import PHASES, phase_html
+from .methods import (CHAIN_METHODS, DEPTHS, INSPECTED_METHODS, LOSSY, MAX_TEMPERATURE, TOP_KS, TOTALS, VIEWS,
+                      check_arguments, inspected_drafter, shipped_setup)
+from .phases import drafted_depth, phase_html
 
-INSPECTED_METHODS = ("sd", "sd-tree", "pld", "pld-tree", "lookahead", "eagle1", "eagle2", "eagle3")
-CHAIN_METHODS = ("sd", "pld", "pld-tree", "lookahead")  # their budget is the depth slider alone (lookahead: none)
-VIEWS = ("tree", *PHASES)  # the whole cycle, or one phase of it
-DEPTHS, TOP_KS, TOTALS = (1, 8), (1, 10), (2, 64)  # the budget sliders' ranges
-MAX_TEMPERATURE = 2.0
-DRAFT_LAYERS = 2  # the shipped draft that sd and sd-tree use (the command line's default)
 PLAY_INTERVAL_MS = 1500
+
+
+class _Cancelled(Exception):
+    """Raised inside decoding's token callback once cancel was pressed."""
 
 
 class TreeView(anywidget.AnyWidget):
@@ -53,19 +52,21 @@ class DraftTreeInspector(widgets.VBox):
 
     def __init__(self, prompt: str, method: str = "eagle2", temperature: float = 0.0,
                  tree: tuple[int, int, int] | None = None, max_new_tokens: int = 64, seed: int = 0,
-                 setup: Setup | None = None, recorded: list[CycleRecord] | None = None):
+                 setup: Setup | None = None, recorded: list[CycleRecord] | None = None, background: bool = False):
         super().__init__()
-        _check_arguments(prompt, method, temperature, tree, max_new_tokens)
-        self.setup = dataclasses.replace(setup) if setup is not None else _shipped_setup()
+        check_arguments(prompt, method, temperature, tree, max_new_tokens)
+        self.setup = dataclasses.replace(setup) if setup is not None else shipped_setup()
         self.engine = engine_for(self.setup.target)
         self.prompt_ids: list[int] = []
-        self.max_new_tokens, self.seed = max_new_tokens, seed
+        self.max_new_tokens = max_new_tokens
         self.records: list[CycleRecord] = []
         self.result: DecodeResult | None = None
         depth, top_k, total = tree or self._shipped_tree()
         wide = {"description_width": "initial"}
         self.method_picker = widgets.Dropdown(options=INSPECTED_METHODS, value=method, description="method",
                                               style=wide)
+        self.seed_box = widgets.BoundedIntText(seed, 0, 2**31 - 1, description="seed",
+                                               layout=widgets.Layout(width="160px"))
         self.temperature_slider = widgets.FloatSlider(value=temperature, min=0.0, max=MAX_TEMPERATURE, step=0.1,
                                                       description="temperature", continuous_update=False, style=wide)
         self.depth_slider = widgets.IntSlider(depth, *DEPTHS, description="depth", continuous_update=False)
@@ -81,6 +82,10 @@ class DraftTreeInspector(widgets.VBox):
         self.view = TreeView()
         self.prompt_box = widgets.Textarea(prompt, description="prompt", layout=widgets.Layout(width="640px"))
         self.decode_button = widgets.Button(description="decode", tooltip="decode the prompt again")
+        self.cancel_button = widgets.Button(description="cancel", tooltip="stop decoding; the cycles on show stay",
+                                            disabled=True)
+        self.progress = widgets.IntProgress(0, 0, max_new_tokens, description="tokens")
+        self.background, self._cancelled, self._worker = background, False, None
         self.view_picker = widgets.ToggleButtons(options=VIEWS, value="tree", description="view",
                                                  tooltips=["the whole cycle", "the tree, level by level",
                                                            "the attention mask the target received",
@@ -97,20 +102,22 @@ class DraftTreeInspector(widgets.VBox):
                              (self.cycle_slider, "cycle"), (self.play, "play"), (self.view, "tree"),
                              (self.details, "details"), (self.text, "text"), (self.summary, "summary"),
                              (self.prompt_box, "prompt"), (self.decode_button, "decode"), (self.view_picker, "view"),
-                             (self.step_button, "step"), (self.projector, "projector")):
+                             (self.step_button, "step"), (self.projector, "projector"), (self.seed_box, "seed"),
+                             (self.cancel_button, "cancel"), (self.progress, "progress")):
             widget.add_class(f"lab-{name}")  # stable handles for the browser test
         self.controls = widgets.Accordion([widgets.VBox([
-            widgets.HBox([self.prompt_box, self.decode_button]),
-            widgets.HBox([self.method_picker, self.temperature_slider]),
+            widgets.HBox([self.prompt_box, widgets.VBox([self.decode_button, self.cancel_button, self.progress])]),
+            widgets.HBox([self.method_picker, self.temperature_slider, self.seed_box]),
             widgets.HBox([self.depth_slider, self.top_k_slider, self.total_slider])])], selected_index=0)
         self.controls.set_title(0, "controls")
         self.children = [self.controls, widgets.HBox([self.play, self.cycle_slider, self.projector]),
                          widgets.HBox([self.view_picker, self.step_button]),
                          self.summary, self.view, self.details, self.text]
-        for control in (self.method_picker, self.temperature_slider, self.depth_slider, self.top_k_slider,
-                        self.total_slider):
+        for control in (self.method_picker, self.temperature_slider, self.seed_box, self.depth_slider,
+                        self.top_k_slider, self.total_slider):
             control.observe(self._decode, names="value")
         self.decode_button.on_click(lambda _button: self._decode())
+        self.cancel_button.on_click(lambda _button: self.cancel())
         self.step_button.on_click(lambda _button: self.step())
         self.view_picker.observe(lambda _change: self._draw_tree(), names="value")
         self.projector.observe(self._project, names="value")
@@ -135,7 +142,7 @@ class DraftTreeInspector(widgets.VBox):
     def step(self) -> None:
         """One phase further: the drafting levels one by one, then the mask, verification and the
         commit; after the commit, the next cycle's drafting (the whole-cycle view steps to drafting)."""
-        view, deepest = self.view_picker.value, max(self.record.tree.depths())
+        view, deepest = self.view_picker.value, drafted_depth(self.record)
         if view == "drafting" and self.level < deepest:
             self.level += 1
             self._draw_tree()
@@ -153,18 +160,18 @@ class DraftTreeInspector(widgets.VBox):
         """One phase back, the reverse of `step`: before a cycle's first drafting level, its previous
         cycle's commit."""
         view = self.view_picker.value
-        if view == "drafting" and self.level > min(1, max(self.record.tree.depths())):
+        if view == "drafting" and self.level > min(1, drafted_depth(self.record)):
             self.level -= 1
             self._draw_tree()
         elif view in ("tree", "drafting"):
             if self.cycle_slider.value > 1:
                 self.cycle_slider.value -= 1
-                self.level = max(self.record.tree.depths())  # as stepping through it left it
+                self.level = drafted_depth(self.record)  # as stepping through it left it
                 self.view_picker.value = "commit"
         else:
             self.view_picker.value = VIEWS[VIEWS.index(view) - 1]
             if self.view_picker.value == "drafting":
-                self.level = max(self.record.tree.depths())
+                self.level = drafted_depth(self.record)
                 self._draw_tree()
 
     def _message(self, content: dict) -> None:
@@ -203,44 +210,57 @@ class DraftTreeInspector(widgets.VBox):
         choice = self.setup.eagle_tree or load_choice(dtype=dtype_name(self.setup.target.dtype))
         return choice.depth, choice.top_k, choice.total_tokens
 
-    def _drafter(self, method: str) -> tuple[object, int]:
-        """The method's drafter with the current budget and its drafts per cycle, loading the shipped
-        draft or head on first use."""
-        setup, depth = self.setup, self.depth_slider.value
-        top_k, total = self.top_k_slider.value, self.total_slider.value
-        setup.draft_len = depth
-        if method in ("sd", "sd-tree"):
-            if setup.draft is None:
-                setup.draft = load_draft(setup.target, DRAFT_LAYERS)
-            setup.tree = (depth, top_k, total)
-        if method in ("sd", "sd-tree", "pld", "pld-tree", "lookahead"):
-            return make_drafter(setup, method)[:2]
-        dtype = dtype_name(setup.target.dtype)
-        if method == "eagle3":
-            if setup.head3 is None:
-                name = shipped_head("eagle3")
-                setup.head3, setup.rank_accuracy3 = load_head(setup.target, name), rank_accuracy_of(head_manifest(name))
-            setup.eagle3_tree = given_tree(depth, top_k, total, dtype=dtype, head=EAGLE3_SHIPPED, kind="eagle3")
-        else:
-            if setup.head is None:
-                name = shipped_head("eagle1")
-                setup.head, setup.rank_accuracy = load_head(setup.target, name), rank_accuracy_of(head_manifest(name))
-            setup.eagle_tree = given_tree(depth, top_k, total, dtype=dtype)
-        return make_drafter(setup, method)[:2]
-
     def _decode(self, _change: dict | None = None) -> None:
         method = self.method_picker.value
         self.top_k_slider.disabled = method in CHAIN_METHODS or method in STATIC_METHODS
         self.total_slider.disabled = method in CHAIN_METHODS
-        sampling = Sampling(self.temperature_slider.value)
+        self.temperature_slider.disabled = method in LOSSY
+        sampling = Sampling(0.0 if method in LOSSY else self.temperature_slider.value)  # lossy rules are greedy
         if not self.prompt_box.value.strip():
             raise LabError("the inspector needs a prompt: type one in the prompt box")
         self.prompt_ids = chat_ids(self.setup.tokenizer, self.prompt_box.value)
-        drafter, draft_len = self._drafter(method)
-        recorder = CycleRecorder(sampling, drafter)
-        self.result = decode(self.engine, drafter, self.prompt_ids, self.max_new_tokens, sampling, draft_len,
-                             self.seed, self.setup.tokenizer.eos_token_id, kernel="torch", on_cycle=recorder)
-        self._show(recorder.records, self.result)
+        drafter, draft_len, rule = inspected_drafter(self.setup, method, self.depth_slider.value,
+                                                     self.top_k_slider.value, self.total_slider.value)
+        if hasattr(drafter, "expansions"):  # a dynamic tree: keep it before reranking, to show the cut
+            drafter.expansions = []
+        if hasattr(rule, "seen"):  # the judge: keep its scores, to show them
+            rule.seen = []
+        self.wait(cancel=True)
+        self._cancelled, self.progress.value, self.cancel_button.disabled = False, 0, False
+        if self.background:  # the kernel stays free for the controls; tests and notebooks decode in place
+            self._worker = threading.Thread(target=self._run, args=(drafter, draft_len, sampling, rule), daemon=True)
+            self._worker.start()
+        else:
+            self._run(drafter, draft_len, sampling, rule)
+
+    def cancel(self) -> None:
+        """Stop a decoding under way after its current cycle; the cycles on show stay."""
+        self._cancelled = True
+
+    def wait(self, cancel: bool = False) -> None:
+        """Return once a background decoding has finished (cancelling it first if `cancel`)."""
+        if self._worker is not None and self._worker.is_alive():
+            self._cancelled = self._cancelled or cancel
+            self._worker.join()
+
+    def _run(self, drafter, draft_len: int, sampling: Sampling, rule) -> None:
+        recorder = CycleRecorder(sampling, drafter, rule)
+
+        def progressed(tokens: list[int], _origins: list[str]) -> None:
+            if self._cancelled:
+                raise _Cancelled
+            self.progress.value += len(tokens)
+        try:
+            result = decode(self.engine, drafter, self.prompt_ids, self.max_new_tokens, sampling, draft_len,
+                            self.seed_box.value, self.setup.tokenizer.eos_token_id, on_tokens=progressed,
+                            kernel="torch", rule=rule, on_cycle=recorder)
+        except _Cancelled:
+            self.summary.value += (f'<div style="font-size:{self.look.text_px}px"><b>decoding cancelled</b> after '
+                                   f"{self.progress.value} tokens: the cycles above are the earlier decoding's</div>")
+            return
+        finally:
+            self.cancel_button.disabled = True
+        self._show(recorder.records, result)
 
     def _show(self, records: list[CycleRecord], result: DecodeResult | None = None) -> None:
         """Show `records` from their first cycle (`result`: their decoding's, else rebuilt from them)."""
@@ -258,7 +278,7 @@ class DraftTreeInspector(widgets.VBox):
         tokenizer = self.setup.tokenizer
         self.summary.value = self._summary_html()
         self.text.value = generated_html(self.records, self.cycle_slider.value - 1, tokenizer, self.look)
-        self.expanded, self.selected, self.level = [], -1, min(1, max(self.record.tree.depths()))
+        self.expanded, self.selected, self.level = [], -1, min(1, drafted_depth(self.record))
         self._draw_tree()
 
     def _project(self, _change: dict | None = None) -> None:
@@ -290,6 +310,8 @@ class DraftTreeInspector(widgets.VBox):
             budget = f"a static tree, depth {depth}, {total} tokens"
         else:
             budget = f"a dynamic tree, depth {depth}, top-k {top_k}, {total} tokens"
+        if method in LOSSY:
+            budget += " (lossy: greedy verification or the rule, so the text is no longer the target's)"
         seconds = self.records[-1].seconds
         rate = f", {len(result.tokens) / seconds:.1f} tokens/s" if seconds > 0 else ""
         return (f'<div style="font-size:{self.look.text_px}px"><b>{method}</b> at temperature '
@@ -298,67 +320,3 @@ class DraftTreeInspector(widgets.VBox):
                 f"<br><b>cycle {self.cycle_slider.value} of {len(self.records)}</b>: "
                 f"{html.escape(cycle_summary(self.record, self.setup.tokenizer))}</div>")
 
-
-def _check_arguments(prompt: str, method: str, temperature: float, tree: tuple[int, int, int] | None,
-                     max_new_tokens: int) -> None:
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise LabError("DraftTreeInspector needs a prompt: a non-empty string")
-    if method not in INSPECTED_METHODS:
-        raise LabError(f"the inspector steps through {', '.join(INSPECTED_METHODS)}, not {method!r}")
-    if not 0.0 <= temperature <= MAX_TEMPERATURE:
-        raise LabError(f"temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}, got {temperature}")
-    if tree is not None and (len(tree) != 3 or not all(low <= int(v) <= high for v, (low, high)
-                                                       in zip(tree, (DEPTHS, TOP_KS, TOTALS)))):
-        raise LabError(f"tree must be (depth {DEPTHS[0]}-{DEPTHS[1]}, top-k {TOP_KS[0]}-{TOP_KS[1]}, "
-                       f"total tokens {TOTALS[0]}-{TOTALS[1]}), got {tree!r}")
-    if max_new_tokens < 1:
-        raise LabError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-
-
-def _shipped_setup() -> Setup:
-    """The shipped target and tokenizer; drafts and heads load when a method needs them."""
-    return Setup(load_target(), None, load_tokenizer(), Sampling(), 0, 0, 0)
-
-
-class SideBySide(widgets.VBox):
-    """Two methods on one prompt, seed and temperature, their cycles aligned by output position: the
-    token slider shows on each side the cycle that produced that token, and how many target forwards
-    (cycles) each method has needed to reach it. `setup` as for DraftTreeInspector, shared."""
-
-    def __init__(self, prompt: str, methods: tuple[str, str] = ("sd", "eagle2"), temperature: float = 0.0,
-                 max_new_tokens: int = 64, seed: int = 0, setup: Setup | None = None):
-        super().__init__()
-        if len(methods) != 2:
-            raise LabError(f"SideBySide compares two methods, got {len(methods)}: {methods!r}")
-        setup = setup if setup is not None else _shipped_setup()
-        self.sides = [DraftTreeInspector(prompt, method, temperature, max_new_tokens=max_new_tokens, seed=seed,
-                                         setup=setup) for method in methods]
-        for side in self.sides:
-            side.controls.selected_index = None  # folded: the two cycles need the width
-        shortest = min(len(side.result.tokens) for side in self.sides)
-        self.position = widgets.IntSlider(1, 1, shortest, description="token", layout=widgets.Layout(width="640px"))
-        self.forwards = widgets.HTML()
-        self.position.add_class("lab-position")
-        self.forwards.add_class("lab-forwards")
-        self.add_class("lab-side-by-side")
-        self.position.observe(self._align, names="value")
-        self.children = [self.position, self.forwards, widgets.HBox(self.sides)]
-        self._align()
-
-    def cycle_of(self, side: int, token: int) -> int:
-        """The cycle (from 1) of side `side` whose emitted tokens include output token `token` (from 1)."""
-        produced = 0
-        for number, record in enumerate(self.sides[side].records, 1):
-            produced += len(record.emitted)
-            if produced >= token:
-                return number
-        raise LabError(f"side {side} produced {produced} tokens, not {token}")
-
-    def _align(self, _change: dict | None = None) -> None:
-        token = self.position.value
-        counts = []
-        for index, side in enumerate(self.sides):
-            side.cycle_slider.value = self.cycle_of(index, token)
-            counts.append(f"<b>{side.method_picker.value}</b>: {side.cycle_slider.value} target forwards")
-        self.forwards.value = (f'<div style="font-size:{self.sides[0].look.text_px}px">the first {token} tokens took '
-                               + " · ".join(counts) + "</div>")

@@ -9,8 +9,9 @@ import html
 import math
 from dataclasses import dataclass
 
+from ..trees import reranked
 from ..verify.lossless import children_of
-from .cycles import ORIGIN_LABELS, CycleRecord, node_states, token_text
+from .cycles import ORIGIN_LABELS, CycleRecord, node_states, rule_only, rule_verdict, token_text
 from .drawing import NOTEBOOK, Look
 
 PHASES = ("drafting", "mask", "verify", "commit")
@@ -44,6 +45,12 @@ def checks(record: CycleRecord) -> list[Check]:
     return out
 
 
+def drafted_depth(record: CycleRecord) -> int:
+    """How deep the drafter went: the tree before reranking where it was kept (reranking may cut the
+    deepest level)."""
+    return max((record.expanded or record.tree).depths())
+
+
 def kept_rows(record: CycleRecord) -> list[int]:
     """The cache rows the target keeps after the cycle: the root's and the accepted drafts'."""
     return [record.context_len - 1 + node for node in record.path]
@@ -65,23 +72,29 @@ def _table(look: Look, head: list[str], rows: list[str], css: str) -> str:
 
 
 def drafting_html(record: CycleRecord, tokenizer, level: int, look: Look = NOTEBOOK) -> str:
-    """The tree as drafted up to depth `level`: one column per depth, each node's token and q."""
-    depths = record.tree.depths()
-    columns = []
+    """The tree as drafted up to depth `level`, one column per depth, each node with its token and q; for
+    a dynamic tree every candidate the expansion made, those that reranking cut dashed and struck out."""
+    tree = record.expanded or record.tree
+    kept = set(reranked(tree, len(record.tree))) if record.expanded else set(range(len(tree)))
+    depths, columns = tree.depths(), []
     for depth in range(level + 1):
-        nodes = [n for n in range(len(record.tree)) if depths[n] == depth]
-        cells = "".join(
-            f'<div class="node" data-node="{n}" style="border:2px solid {look.colours["untried"][1]};'
-            f'border-radius:6px;padding:4px 8px;margin:4px 0;font-size:{look.label_px}px">'
-            f'{_quoted(tokenizer, record.tree.tokens[n])}'
-            + ("" if n == 0 else f' <span style="font-size:{look.numbers_px}px">q {_number(record.tree.confidences[n])}'
-               f' ← {_quoted(tokenizer, record.tree.tokens[record.tree.parents[n]])}</span>') + "</div>"
-            for n in nodes)
+        cells = []
+        for n in (n for n in range(len(tree)) if depths[n] == depth):
+            cut = n not in kept
+            border = f"2px {'dashed' if cut else 'solid'} {look.colours['untried' if cut else 'root'][1]}"
+            parent = "" if n == 0 else (f' <span style="font-size:{look.numbers_px}px">q {_number(tree.confidences[n])}'
+                                        f" ← {_quoted(tokenizer, tree.tokens[tree.parents[n]])}</span>")
+            cells.append(f'<div class="node{" cut" if cut else ""}" style="border:{border};border-radius:6px;'
+                         f'padding:4px 8px;margin:4px 0;font-size:{look.label_px}px'
+                         f'{";text-decoration:line-through" if cut else ""}">'
+                         f"{_quoted(tokenizer, tree.tokens[n])}{parent}</div>")
         columns.append(f'<div style="margin-right:16px"><div style="font-size:{look.numbers_px}px">'
-                       f'{"root" if depth == 0 else f"depth {depth}"}</div>{cells}</div>')
-    deepest = max(depths)
-    note = (f"drafted up to depth {level} of {deepest}: {sum(d <= level for d in depths) - 1} of "
-            f"{len(record.tree) - 1} drafts")
+                       f'{"root" if depth == 0 else f"depth {depth}"}</div>{"".join(cells)}</div>')
+    shown = [n for n in range(1, len(tree)) if depths[n] <= level]
+    note = f"drafted up to depth {level} of {max(depths)}: {len(shown)} candidates"
+    if record.expanded:
+        note += (f"; reranking keeps the {len(kept) - 1} of all {len(tree) - 1} with the highest path value "
+                 f"({sum(n not in kept for n in shown)} of those shown are cut)")
     return (f'<div class="lab-phase drafting"><div style="font-size:{look.text_px}px">{note}</div>'
             f'<div style="display:flex;align-items:flex-start">{"".join(columns)}</div></div>')
 
@@ -107,9 +120,11 @@ def mask_html(record: CycleRecord, tokenizer, selected: int = -1, look: Look = N
 
 def verify_html(record: CycleRecord, tokenizer, look: Look = NOTEBOOK) -> str:
     """The examined nodes in order with their verdicts, then the token the target adds."""
-    rows = []
+    rows, lossy = [], rule_only(record)
     for i, c in enumerate(checks(record), 1):
-        if record.greedy:
+        if c.node in lossy:
+            test = f"{record.rule} only: {rule_verdict(record, c.node)}"
+        elif record.greedy:
             test = "argmax" if c.verdict == "accepted" else "not argmax"
         elif record.chain:
             test = f"u {_number(c.u)} {'<' if c.verdict == 'accepted' else '≥'} p/q {_number(c.p / c.q if c.q else 0)}"

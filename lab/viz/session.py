@@ -15,7 +15,7 @@ from ..trees import DraftTree
 from .cycles import CycleRecord, cycle_summary
 from .drawing import cycle_svg, generated_html
 from .inspector import DraftTreeInspector
-from .phases import PHASES, phase_html
+from .phases import PHASES, drafted_depth, phase_html
 
 SESSION_KIND = "inspector-session"
 
@@ -27,7 +27,7 @@ def save_session(inspector: DraftTreeInspector, path: Path | str) -> Path:
                       "method": inspector.method_picker.value, "temperature": inspector.temperature_slider.value,
                       "tree": [inspector.depth_slider.value, inspector.top_k_slider.value,
                                inspector.total_slider.value],
-                      "max_new_tokens": inspector.max_new_tokens, "seed": inspector.seed,
+                      "max_new_tokens": inspector.max_new_tokens, "seed": inspector.seed_box.value,
                       "records": [dataclasses.asdict(r) for r in inspector.records]})
     return path
 
@@ -43,7 +43,8 @@ def load_session(path: Path | str, setup: Setup | None = None) -> DraftTreeInspe
     if not isinstance(saved, dict) or saved.get("kind") != SESSION_KIND:
         raise LabError(f"{path} is not a saved inspector session: save one with lab.viz.session.save_session")
     records = [CycleRecord(**{**r, "tree": DraftTree(**r["tree"]), "best": [tuple(b) for b in r["best"]],
-                              "residual": None if r["residual"] is None else [tuple(t) for t in r["residual"]]})
+                              "residual": None if r["residual"] is None else [tuple(t) for t in r["residual"]],
+                              "expanded": None if r["expanded"] is None else DraftTree(**r["expanded"])})
                for r in saved["records"]]
     return DraftTreeInspector(saved["prompt"], saved["method"], saved["temperature"], tuple(saved["tree"]),
                               saved["max_new_tokens"], saved["seed"], setup, recorded=records)
@@ -54,7 +55,7 @@ def _frames(inspector: DraftTreeInspector) -> list[dict]:
     the commit, with the summary line and the text so far."""
     tokenizer, look, frames = inspector.setup.tokenizer, inspector.look, []
     for index, record in enumerate(inspector.records):
-        deepest = max(record.tree.depths())
+        deepest = drafted_depth(record)
         views = [("tree", cycle_svg(record, tokenizer, look=look))]
         views += [("drafting", phase_html("drafting", record, tokenizer, level=level, look=look))
                   for level in range(min(1, deepest), deepest + 1)]
