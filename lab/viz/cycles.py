@@ -173,16 +173,16 @@ def node_states(record: CycleRecord) -> list[str]:
     return states
 
 
-def _number(x: float) -> str:
+def number(x: float) -> str:
     """Three decimals, or two significant digits for what would print as 0.000."""
     return f"{x:.1e}" if 0 < x < 5e-4 else f"{x:.3f}"
 
 
-def _quoted(tokenizer, token: int) -> str:
+def quoted(tokenizer, token: int) -> str:
     return f"‹{token_text(tokenizer, token)}›"
 
 
-def _mass(record: CycleRecord, node: int) -> float:
+def mass_left(record: CycleRecord, node: int) -> float:
     """Probability left when `node` is tried: 1 minus the target's p of the siblings rejected before it."""
     siblings = children_of(record.tree.parents)[record.tree.parents[node]]
     return 1.0 - sum(record.target_probs[s] for s in siblings[: siblings.index(node)])
@@ -195,36 +195,36 @@ def _verdict(record: CycleRecord, node: int, state: str, tokenizer) -> str:
     if state == "untried":
         if record.tree.parents[node] in record.path:
             accepted = next(c for c in record.path if record.tree.parents[c] == parent)
-            return f"not tried: the earlier sibling {_quoted(tokenizer, record.tree.tokens[accepted])} was accepted"
+            return f"not tried: the earlier sibling {quoted(tokenizer, record.tree.tokens[accepted])} was accepted"
         return "not verified: a draft above it was rejected"
     if node in rule_only(record):
         best = record.best[parent][0]
         return (f"accepted by the {record.rule} rule only (lossy, {rule_verdict(record, node)}): the target's argmax "
-                f"after {_quoted(tokenizer, record.tree.tokens[parent])} is {_quoted(tokenizer, best)}, so standard "
+                f"after {quoted(tokenizer, record.tree.tokens[parent])} is {quoted(tokenizer, best)}, so standard "
                 "verification would reject it")
     if record.greedy:
         best, best_p = record.best[parent]
         if state == "accepted":
-            return f"accepted: it is the target's argmax after {_quoted(tokenizer, record.tree.tokens[parent])}"
-        return (f"rejected (greedy mismatch): after {_quoted(tokenizer, record.tree.tokens[parent])} the target's "
-                f"argmax is {_quoted(tokenizer, best)} (p {_number(best_p)}), not this token (p {_number(p)})")
+            return f"accepted: it is the target's argmax after {quoted(tokenizer, record.tree.tokens[parent])}"
+        return (f"rejected (greedy mismatch): after {quoted(tokenizer, record.tree.tokens[parent])} the target's "
+                f"argmax is {quoted(tokenizer, best)} (p {number(best_p)}), not this token (p {number(p)})")
     u = record.uniforms[node]
     if record.chain:
         q = record.tree.confidences[node]
         ratio = p / q if q > 0 else 0.0
         sign = "<" if state == "accepted" else "≥"
-        return (f"{state}: the uniform draw u = {_number(u)} {sign} p/q = {_number(p)}/{_number(q)} = {_number(ratio)} "
+        return (f"{state}: the uniform draw u = {number(u)} {sign} p/q = {number(p)}/{number(q)} = {number(ratio)} "
                 "(a draft passes with probability min(1, p/q))")
-    mass = _mass(record, node)
+    mass = mass_left(record, node)
     sign = "<" if state == "accepted" else "≥"
-    left = "" if mass >= 0.9995 else f" (m = {_number(mass)} is what the rejected siblings before it left)"
-    return (f"{state}: the uniform draw u = {_number(u)} gives u·m = {_number(u * mass)} "
-            f"{sign} p = {_number(p)}{left}; "
-            f"it passes with probability p/m = {_number(min(p / mass, 1.0) if mass > 0 else 0.0)}")
+    left = "" if mass >= 0.9995 else f" (m = {number(mass)} is what the rejected siblings before it left)"
+    return (f"{state}: the uniform draw u = {number(u)} gives u·m = {number(u * mass)} "
+            f"{sign} p = {number(p)}{left}; "
+            f"it passes with probability p/m = {number(min(p / mass, 1.0) if mass > 0 else 0.0)}")
 
 
 def _final_reason(record: CycleRecord, tokenizer) -> str:
-    after = _quoted(tokenizer, record.tree.tokens[record.path[-1]])
+    after = quoted(tokenizer, record.tree.tokens[record.path[-1]])
     if record.last == "target":
         return f"the target's own token after {after}: nothing was drafted this cycle"
     if record.greedy:
@@ -242,21 +242,21 @@ def node_details(record: CycleRecord, node: int, tokenizer) -> list[str]:
     tree = record.tree
     if node == len(tree):
         kind = ORIGIN_LABELS[record.last]
-        return [f"{_quoted(tokenizer, record.final)}: {kind}", _final_reason(record, tokenizer),
-                f"target probability p = {_number(record.final_prob)}"]
+        return [f"{quoted(tokenizer, record.final)}: {kind}", _final_reason(record, tokenizer),
+                f"target probability p = {number(record.final_prob)}"]
     best, best_p = record.best[node]
-    after = f"the target's most likely next token: {_quoted(tokenizer, best)} (p {_number(best_p)})"
+    after = f"the target's most likely next token: {quoted(tokenizer, best)} (p {number(best_p)})"
     if node == 0:
-        return [f"{_quoted(tokenizer, tree.tokens[0])}: root, the last token before this cycle's drafts", after]
+        return [f"{quoted(tokenizer, tree.tokens[0])}: root, the last token before this cycle's drafts", after]
     siblings = children_of(tree.parents)[tree.parents[node]]
     depth = tree.depths()[node]
     scale = "softmax at temperature 1" if record.greedy else f"at temperature {record.temperature:g}"
-    place = (f"{_quoted(tokenizer, tree.tokens[node])}: depth {depth}, rank {siblings.index(node) + 1} of "
+    place = (f"{quoted(tokenizer, tree.tokens[node])}: depth {depth}, rank {siblings.index(node) + 1} of "
              f"{len(siblings)} among its siblings (1 = the draft's top guess)")
-    scores = (f"draft confidence q = {_number(tree.confidences[node])}, "
-              f"path score {_number(math.exp(tree.values[node]))} "
+    scores = (f"draft confidence q = {number(tree.confidences[node])}, "
+              f"path score {number(math.exp(tree.values[node]))} "
               "(the product of q from the root)")
-    return [place, scores, f"target probability p = {_number(record.target_probs[node])} ({scale})",
+    return [place, scores, f"target probability p = {number(record.target_probs[node])} ({scale})",
             _verdict(record, node, node_states(record)[node], tokenizer), after]
 
 
@@ -265,4 +265,4 @@ def cycle_summary(record: CycleRecord, tokenizer) -> str:
     n = len(record.path) - 1
     kind = {"corrected": "corrected", "bonus": "bonus", "target": "target's own"}[record.last]
     return (f"{len(record.tree) - 1} drafted, {n} accepted, then the {kind} token "
-            f"{_quoted(tokenizer, record.final)}: {len(record.emitted)} new tokens")
+            f"{quoted(tokenizer, record.final)}: {len(record.emitted)} new tokens")

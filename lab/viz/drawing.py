@@ -191,8 +191,11 @@ def generated_html(records: list[CycleRecord], upto: int, tokenizer, look: Look 
     """The text of cycles 0..upto coloured by origin (cycle `upto` underlined), with running τ and speed."""
     tokens = [t for r in records[: upto + 1] for t in r.emitted]
     origins = [o for r in records[: upto + 1] for o in r.origins]
-    lossy = [next((rule_verdict(r, n) for n in r.path[i + 1: i + 2] if n in rule_only(r)), None)
-             for r in records[: upto + 1] for i in range(len(r.emitted))]  # per token: the rule's say, if only it
+    lossy = []  # per token: how the lossy rule let it through, where only the rule did
+    for r in records[: upto + 1]:
+        only = rule_only(r)
+        lossy += [rule_verdict(r, r.path[i + 1]) if r.path[i + 1: i + 2] and r.path[i + 1] in only else None
+                  for i in range(len(r.emitted))]
     current = len(tokens) - len(records[upto].emitted)
     spans = []
     for i, (piece, origin) in enumerate(zip(text_pieces(tokenizer, tokens), origins)):

@@ -17,7 +17,6 @@ from .phases import PHASES
 INSPECTED_METHODS = ("sd", "sd-tree", "pld", "pld-tree", "lookahead", "medusa", "eagle1", "eagle2", "eagle3", "judge",
                      "topk")
 LOSSY = ("judge", "topk")  # greedy verification OR-ed with a lossy rule: the text is no longer the target's
-MEDUSA_HEADS = "medusa"  # the shipped Medusa heads (data/eagle/medusa.safetensors)
 # their budget is the depth slider alone (lookahead: none)
 CHAIN_METHODS = ("sd", "pld", "pld-tree", "lookahead", *LOSSY)
 VIEWS = ("tree", *PHASES)  # the whole cycle, or one phase of it
@@ -27,7 +26,7 @@ DRAFT_LAYERS = 2  # the shipped draft that sd and sd-tree use (the command line'
 
 
 def inspected_drafter(setup: Setup, method: str, depth: int, top_k: int, total: int
-                  ) -> tuple[object, int, object | None]:
+                      ) -> tuple[object, int, object | None]:
     """The method's drafter with the given budget, its drafts per cycle and its lossy rule (None:
     lossless), loading the shipped draft, heads or judge on first use."""
     setup.draft_len = depth
@@ -37,8 +36,8 @@ def inspected_drafter(setup: Setup, method: str, depth: int, top_k: int, total: 
         setup.tree = (depth, top_k, total)
     if method == "medusa":  # a static tree of the total-tokens slider's size, shaped by the heads' accuracy
         if setup.medusa is None:
-            setup.medusa = load_head(setup.target, MEDUSA_HEADS)
-        accuracy = head_manifest(MEDUSA_HEADS)["evaluation"]["rank_accuracy_by_head"]
+            setup.medusa = load_head(setup.target, shipped_head("medusa"))
+        accuracy = head_manifest(shipped_head("medusa"))["evaluation"]["rank_accuracy_by_head"]
         setup.medusa_shape = static_shape(total, len(accuracy), accuracy)
     if method == "judge" and setup.judge is None:
         setup.judge = JudgeRule(*load_judge(setup.target))
@@ -59,7 +58,7 @@ def inspected_drafter(setup: Setup, method: str, depth: int, top_k: int, total: 
 
 
 def check_arguments(prompt: str, method: str, temperature: float, tree: tuple[int, int, int] | None,
-                     max_new_tokens: int) -> None:
+                    max_new_tokens: int) -> None:
     if not isinstance(prompt, str) or not prompt.strip():
         raise LabError("DraftTreeInspector needs a prompt: a non-empty string")
     if method not in INSPECTED_METHODS:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..trees import reranked
 from ..verify.lossless import children_of
-from .cycles import ORIGIN_LABELS, CycleRecord, node_states, rule_only, rule_verdict, token_text
+from .cycles import ORIGIN_LABELS, CycleRecord, mass_left, node_states, number, quoted, rule_only, rule_verdict
 from .drawing import NOTEBOOK, Look
 
 PHASES = ("drafting", "mask", "verify", "commit")
@@ -25,24 +25,16 @@ class Check:
     p: float             # the target's probability of the node's token after its parent
     q: float             # the draft's confidence in it
     u: float | None      # the uniform draw (None when greedy)
-    mass: float          # probability left when it was tried: 1 minus the earlier rejected siblings' p
+    mass: float          # probability left when it was tried (`mass_left`)
 
 
 def checks(record: CycleRecord) -> list[Check]:
     """The nodes verification examined, in its order: the children of each accepted node in the drafter's
     order (greedy compares all of them with the target's argmax; sampled tries them until one passes)."""
-    states, kids, out = node_states(record), children_of(record.tree.parents), []
-    for node in record.path:
-        mass = 1.0
-        for child in kids[node]:
-            if states[child] not in ("accepted", "rejected"):
-                continue
-            u = None if record.uniforms is None else record.uniforms[child]
-            out.append(Check(child, states[child], record.target_probs[child], record.tree.confidences[child], u,
-                             mass))
-            if states[child] == "rejected" and not record.chain:
-                mass -= record.target_probs[child]
-    return out
+    states, kids = node_states(record), children_of(record.tree.parents)
+    return [Check(child, states[child], record.target_probs[child], record.tree.confidences[child],
+                  None if record.uniforms is None else record.uniforms[child], mass_left(record, child))
+            for node in record.path for child in kids[node] if states[child] in ("accepted", "rejected")]
 
 
 def drafted_depth(record: CycleRecord) -> int:
@@ -57,11 +49,11 @@ def kept_rows(record: CycleRecord) -> list[int]:
 
 
 def _number(x: float | None) -> str:
-    return "–" if x is None or math.isnan(x) else f"{x:.3f}"
+    return "–" if x is None or math.isnan(x) else number(x)
 
 
 def _quoted(tokenizer, token: int) -> str:
-    return html.escape(f"‹{token_text(tokenizer, token)}›")
+    return html.escape(quoted(tokenizer, token))
 
 
 def _table(look: Look, head: list[str], rows: list[str], css: str) -> str:
