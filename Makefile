@@ -39,11 +39,11 @@ demo: setup
 	else echo "[demo] $$why: running the float32 reference path instead (its tree from this machine's tuning)"; \
 		set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype float32; fi
 
-# Line lengths, the whole suite, then every notebook in fast mode (LAB_FAST=1; the student copies are stubs).
+# Line lengths, the whole suite, every chapter whole (instructor/) in fast mode, the student copies in sync.
 test: setup setup-browser
 	$(VENV)/bin/ruff check lab tests
 	$(PYTEST) tests
-	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 notebooks --ignore=notebooks/exercises
+	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 instructor
 
 # Every notebook at full size: figures/ and figures/manifest.json (one: python -m lab.figures NOTEBOOK), then RESULTS.md.
 figures: setup
@@ -54,7 +54,7 @@ figures: setup
 results: setup
 	$(PY) -m lab.results
 
-# Student copies of the notebooks with exercises (solution cells stubbed) in notebooks/exercises.
+# The student chapters in notebooks/, from instructor/ (solution cells stubbed, outputs dropped).
 exercises: setup
 	$(PY) -m lab.exercises
 

@@ -1,7 +1,9 @@
-"""`make exercises`: student copies of the notebooks, with the solution cells turned into stubs.
+"""`make exercises`: the student chapters in `notebooks/`, generated from the whole ones in `instructor/`.
 
-A cell tagged `solution` holds only functions, checked by a `lab.check` call in the next cell; the copy
-in `notebooks/exercises/` keeps their signatures and docstrings, stubs their bodies and drops outputs.
+A cell tagged `solution` holds only functions, checked by a `lab.check` call in the next cell; the
+student copy keeps their signatures and docstrings, stubs their bodies and drops every output.
+A small tool of our own rather than nbgrader: the one thing needed is "stub these functions", and
+nbgrader's solution markers, database and grading server would be more to learn than this file.
 `python -m lab.exercises --check` fails when a committed copy is out of date."""
 from __future__ import annotations
 
@@ -15,9 +17,8 @@ import nbformat
 
 from .artifacts import atomic_write
 from .errors import LabError
-from .paths import NOTEBOOKS_DIR, ROOT
+from .paths import INSTRUCTOR_DIR, NOTEBOOKS_DIR, ROOT
 
-EXERCISES_DIR = NOTEBOOKS_DIR / "exercises"
 SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
 STUB = 'raise NotImplementedError("exercise: write this function, then run the check in the next cell")'
 
@@ -60,34 +61,30 @@ def student_copy(notebook):
     return out
 
 
-def render(path: Path) -> str | None:
-    """The student copy of the notebook at `path` as text, or None when it has no exercise."""
-    notebook = nbformat.read(path, as_version=4)
-    if not solution_cells(notebook):
-        return None
-    return nbformat.writes(student_copy(notebook)) + "\n"
+def render(path: Path) -> str:
+    """The student copy of the chapter at `path` as text."""
+    return nbformat.writes(student_copy(nbformat.read(path, as_version=4))) + "\n"
 
 
-def stale(source_dir: Path = NOTEBOOKS_DIR, out_dir: Path = EXERCISES_DIR) -> list[str]:
-    """Copies that are missing, differ from a fresh render, or have no notebook any more."""
+def stale(source_dir: Path = INSTRUCTOR_DIR, out_dir: Path = NOTEBOOKS_DIR) -> list[str]:
+    """Copies that are missing, differ from a fresh render, or have no chapter any more."""
     wanted = {p.name: render(p) for p in sorted(source_dir.glob("*.ipynb"))}
-    wanted = {name: text for name, text in wanted.items() if text is not None}
     problems = [name for name, text in wanted.items()
                 if not (out_dir / name).exists() or (out_dir / name).read_text() != text]
     problems += [p.name for p in sorted(out_dir.glob("*.ipynb")) if p.name not in wanted]
     return problems
 
 
-def write(source_dir: Path = NOTEBOOKS_DIR, out_dir: Path = EXERCISES_DIR) -> list[Path]:
-    """Write every student copy (atomically) and remove copies whose notebook has no exercise."""
+def write(source_dir: Path = INSTRUCTOR_DIR, out_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """Write every student copy (atomically) and remove copies whose chapter is gone."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    chapters = sorted(source_dir.glob("*.ipynb"))
+    for stray in set(out_dir.glob("*.ipynb")) - {out_dir / p.name for p in chapters}:
+        stray.unlink()
     written = []
-    for path in sorted(source_dir.glob("*.ipynb")):
+    for path in chapters:
         text = render(path)
         target = out_dir / path.name
-        if text is None:
-            target.unlink(missing_ok=True)
-            continue
         atomic_write(target, lambda tmp, text=text: tmp.write_text(text))
         written.append(target)
     return written

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .artifacts import command_line, git_commit, machine, repo_path, write_json
 from .errors import LabError
-from .paths import CACHE_DIR, FIGURES_DIR, NOTEBOOKS_DIR, fast_mode
+from .paths import CACHE_DIR, FIGURES_DIR, INSTRUCTOR_DIR, fast_mode
 
 MANIFEST = FIGURES_DIR / "manifest.json"
 
@@ -79,7 +79,7 @@ def run(paths: list[Path], timeout: int = 3600) -> dict:
                        "to .cache/figures-fast and are not recorded)")
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
-        raise LabError(f"no such notebook: {', '.join(missing)} (they live in notebooks/)")
+        raise LabError(f"no such notebook: {', '.join(missing)} (the chapters live in instructor/)")
     manifest = load_manifest()
     for path in paths:
         print(f"running {repo_path(path)} ...", flush=True)
@@ -91,10 +91,10 @@ def run(paths: list[Path], timeout: int = 3600) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lab.figures", description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", help="notebook files (default: every notebooks/*.ipynb)")
+    parser.add_argument("notebooks", nargs="*", help="notebook files (default: every instructor/*.ipynb)")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per cell (default 3600)")
     args = parser.parse_args(argv)
-    paths = [Path(p).resolve() for p in args.notebooks] or sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+    paths = [Path(p).resolve() for p in args.notebooks] or sorted(INSTRUCTOR_DIR.glob("*.ipynb"))
     try:
         run(paths, args.timeout)
     except LabError as error:

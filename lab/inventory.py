@@ -23,11 +23,11 @@ from .paths import DATA_DIR, KERNEL_BENCH_DIR, ROOT
 from .results import bench_files
 from .target.load import draft_path
 
-NB02 = "notebooks/02_rejection_sampling.ipynb"
-NB03, NB04, NB05, NB06 = ("notebooks/03_vanilla_speculative_decoding.ipynb", "notebooks/04_eagle_feature_drift.ipynb",
-                          "notebooks/05_dynamic_draft_trees.ipynb", "notebooks/06_training_time_test.ipynb")
-NB07, NB08, NB09 = ("notebooks/07_judge_decoding.ipynb", "notebooks/08_end_to_end.ipynb",
-                    "notebooks/09_triton_verification_kernels.ipynb")
+NB02 = "instructor/02_rejection_sampling.ipynb"
+NB03, NB04, NB05, NB06 = ("instructor/03_vanilla_speculative_decoding.ipynb", "instructor/04_eagle_feature_drift.ipynb",
+                          "instructor/05_dynamic_draft_trees.ipynb", "instructor/06_training_time_test.ipynb")
+NB07, NB08, NB09 = ("instructor/07_judge_decoding.ipynb", "instructor/08_end_to_end.ipynb",
+                    "instructor/09_triton_verification_kernels.ipynb")
 RESULTS_PAGE = ("lab/results.py", "DATA_DIR.rglob(\"*.json\")")  # the artifact catalogue reads every manifest
 
 
@@ -87,7 +87,7 @@ HEADS = (
     _head_entry("eagle3", "the EAGLE-3 head trained on the 0.6M-token set, of its tuned tree",
                 ("lab/experiments.py", "--head eagle3 --name eagle3")),
     _head_entry("medusa", "the Medusa heads of notebook 03b and its benchmark",
-                ("notebooks/03b_drafting_without_a_draft_model.ipynb", 'load_head(target, "medusa")'),
+                ("instructor/03b_drafting_without_a_draft_model.ipynb", 'load_head(target, "medusa")'),
                 ("lab/experiments.py", "_head(\"medusa\", \"train medusa")),
     _head_entry("*-greedy", "notebook 04's three variants trained on greedy answers",
                 (NB04, 'load_head(target, f"{v}-{text}")')),

@@ -8,7 +8,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "data"          # small shipped artifacts (token ids, drafts, manifests, results)
 FIGURES_DIR = ROOT / "figures"
 KERNEL_BENCH_DIR = DATA_DIR / "kernel_bench"  # one file per GPU: python -m lab.kernels.bench
-NOTEBOOKS_DIR = ROOT / "notebooks"
+INSTRUCTOR_DIR = ROOT / "instructor"  # the chapters whole: solutions, and the notes for whoever teaches them
+NOTEBOOKS_DIR = ROOT / "notebooks"    # what students open: generated from INSTRUCTOR_DIR, solutions stubbed
 CACHE_DIR = Path(os.environ.get("LAB_CACHE", ROOT / ".cache"))  # big rebuildable caches, gitignored
 # The EAGLE-3 head that decoding, tuning and export use by default (data/eagle/NAME.safetensors)
 EAGLE3_SHIPPED = "eagle3-full"

@@ -24,7 +24,7 @@ from .paths import DATA_DIR, ROOT
 
 RESULTS_DIR = DATA_DIR / "results"
 END_TO_END = RESULTS_DIR / "end_to_end.json"  # `python -m lab endtoend` (notebook 08): several settings in one file
-END_TO_END_HOW = ("`python -m lab.figures notebooks/08_end_to_end.ipynb` (notebook 08 at full size, about 10 minutes "
+END_TO_END_HOW = ("`python -m lab.figures instructor/08_end_to_end.ipynb` (notebook 08 at full size, about 10 minutes "
                   "on 2 cores) writes `data/results/end_to_end.json`")
 # Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
 KEY_FIGURES = ("machine.gpu", "steps", "budget_minutes", "cpu_budget_minutes", "gpu_budget_minutes",

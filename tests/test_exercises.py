@@ -8,13 +8,14 @@ from lab.check import (ExerciseError, check_ancestor_mask, check_eagle_input, ch
                        check_medusa_shape, check_n_alpha_interval, check_prompt_lookup, check_ttt_mask,
                        check_verify_chain)
 from lab.errors import LabError
-from lab.exercises import EXERCISES_DIR, NOTEBOOKS_DIR, solution_cells, stale, stub_functions, student_copy
+from lab.exercises import solution_cells, stale, stub_functions, student_copy
+from lab.paths import INSTRUCTOR_DIR, NOTEBOOKS_DIR
 
 
 def solutions() -> dict:
-    """Every function the notebooks' solution cells define, by name."""
+    """Every function the chapters' solution cells define, by name."""
     namespace = {"torch": torch}
-    for path in sorted(NOTEBOOKS_DIR.glob("*.ipynb")):
+    for path in sorted(INSTRUCTOR_DIR.glob("*.ipynb")):
         for cell in solution_cells(nbformat.read(path, as_version=4)):
             exec(cell.source, namespace)
     return namespace
@@ -27,10 +28,12 @@ def test_the_committed_student_copies_are_up_to_date():
     assert stale() == [], "run `make exercises`"
 
 
-def test_notebooks_02_04_05_06_have_exercises_and_their_copies_are_stubs():
-    names = {p.name.split("_")[0] for p in EXERCISES_DIR.glob("*.ipynb")}
-    assert {"02", "03b", "04", "05", "06"} <= names
-    for path in EXERCISES_DIR.glob("*.ipynb"):
+def test_every_chapter_has_two_exercises_and_the_student_copies_hold_no_solution():
+    chapters = sorted(INSTRUCTOR_DIR.glob("*.ipynb"))
+    assert [p.name for p in chapters] == [p.name for p in sorted(NOTEBOOKS_DIR.glob("*.ipynb"))]
+    few = {p.name: len(solution_cells(nbformat.read(p, as_version=4))) for p in chapters}
+    assert {name: n for name, n in few.items() if n < 2} == {}
+    for path in NOTEBOOKS_DIR.glob("*.ipynb"):
         notebook = nbformat.read(path, as_version=4)
         assert not solution_cells(notebook)
         for cell in notebook.cells:
@@ -47,9 +50,9 @@ def test_an_exercise_copy_with_the_solution_pasted_back_passes_its_own_check_cel
     own solution) and run the check cell after it, as written in the copy. The names the check
     cells use from earlier cells are given: FAST, and the target (the tiny one)."""
     checked = 0
-    for path in sorted(EXERCISES_DIR.glob("*.ipynb")):
+    for path in sorted(NOTEBOOKS_DIR.glob("*.ipynb")):
         copy = nbformat.read(path, as_version=4)
-        original = nbformat.read(NOTEBOOKS_DIR / path.name, as_version=4)
+        original = nbformat.read(INSTRUCTOR_DIR / path.name, as_version=4)
         for i, cell in enumerate(copy.cells):
             if "exercise" not in cell.metadata.get("tags", []):
                 continue

@@ -29,7 +29,7 @@ def test_the_scan_catches_a_diary_entry():
 def test_the_chapters_teach_without_history():
     """The chapters' prose names no session, lent machine, date or commit: history lives in git."""
     import json
-    chapters = sorted((FINDINGS.parent.parent / "notebooks").glob("*.ipynb"))
+    chapters = sorted((FINDINGS.parent.parent / "instructor").glob("*.ipynb"))
     found = []
     for path in chapters:
         for cell in json.loads(path.read_text())["cells"]:

@@ -9,14 +9,14 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
-from . import ablation
-from .drafters.eagle_draft import static_shape
-from .drafters.heads import head_manifest
-from .drafters.lookup import continuations
-from .intervals import wilson
-from .train.ttt import ttt_attention_mask
-from .trees import DraftTree
-from .verify.lossless import verify_chain
+from .. import ablation
+from ..drafters.eagle_draft import static_shape
+from ..drafters.heads import head_manifest
+from ..drafters.lookup import continuations
+from ..intervals import wilson
+from ..train.ttt import ttt_attention_mask
+from ..trees import DraftTree
+from ..verify.lossless import verify_chain
 
 
 class ExerciseError(AssertionError):
