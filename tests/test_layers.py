@@ -17,7 +17,7 @@ LAYERS = {
     "lab.costmodel": 4, "lab.judge": 4,
     "lab.train": 5, "lab.bench": 5,
     "lab.viz": 6,
-    "lab.results": 7, "lab.inventory": 7, "lab.figures": 7, "lab.exercises": 7, "lab.check": 7,
+    "lab.results": 7, "lab.inventory": 7, "lab.figures": 7, "lab.exercises": 7, "lab.check": 7, "lab.book": 7,
 }
 
 
