@@ -20,10 +20,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from lab.figures import record
-from lab.paths import FIGURES_DIR
+from lab.paths import FIGURES_DIR, NOTEBOOKS_DIR
 
 try:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -355,5 +356,29 @@ def test_an_exported_session_steps_with_the_keyboard_and_no_kernel(tiny, tokeniz
             assert where().startswith("cycle 2 of") or seen[-1] == "commit"
             page.click("#back")
             assert where().rsplit("· ", 1)[1] == seen[-2]
+        finally:
+            browser.close()
+
+
+def test_a_student_chapter_opens_as_slides(jupyter, tmp_path):
+    """jupyterlab-rise presents a chapter from its cells' slide types (set by `make exercises`):
+    the slideshow page opens and has a slide per section."""
+    chromium = _chromium_or_skip("jupyterlab")
+    if importlib.util.find_spec("jupyterlab_rise") is None:
+        pytest.skip("jupyterlab-rise is not installed: `pip install -e .` installs it (pyproject.toml)")
+    url, token, server_log = jupyter
+    chapter = NOTEBOOKS_DIR / "02_rejection_sampling.ipynb"
+    shutil.copy(chapter, tmp_path / "notebooks")
+    sections = sum(c.metadata.get("slideshow", {}).get("slide_type") == "slide"
+                   for c in nbformat.read(chapter, as_version=4).cells)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(f"{url}/rise/{chapter.name}?token={token}")
+        try:
+            page.wait_for_function(f"document.querySelectorAll('.reveal .slides > section').length >= {sections}",
+                                   timeout=120_000)
+        except PlaywrightTimeout:
+            raise AssertionError(f"no slideshow of {sections} slides appeared; see {server_log}") from None
         finally:
             browser.close()
