@@ -282,10 +282,10 @@ def test_judged_tokens_are_those_only_the_judge_let_through(tiny, other, tokeniz
     assert plain == greedy_answer(Engine(tiny), item.prompt, 12, None) and none == []
 
 
-def test_the_judge_bar_reads_tokens_per_forward_and_what_an_answer_costs():
-    """The bar's sentence: the judge's best run within 5 points, as a multiple of standard SD's
-    tokens per forward, and beside it the target forwards and tokens per answer, which show a
-    rule that makes answers longer (here 20 tokens against 13.5)."""
+def test_the_judge_bar_leads_with_accuracy_and_what_an_answer_costs():
+    """The bar's sentence: the judge's best run within 5 points, its accuracy and target forwards per
+    answer beside the lossless runs', then the tokens per answer that show a rule making answers
+    longer (here 20 tokens against 13.5) and the tokens per forward that flatter it."""
     from lab.judge.sweep import Quality, format_quality, judge_bar
     seven = {"addition": [True] * 7 + [False] * 3}  # 10 questions, 7 right
     runs = {"target only": Quality(seven, 135, 135, 0.0), "standard SD": Quality(seven, 135, 104, 0.0),
@@ -301,10 +301,11 @@ def test_the_judge_bar_reads_tokens_per_forward_and_what_an_answer_costs():
     assert rows["draft only"] == "| draft only | 1.00 | 0.77x | 24.0 | - | - | 0.000 | -70.0 | 0.00 |"
     assert rows["eagle judge 0.9"].startswith("| eagle judge 0.9 | 2.50 | 1.48x | 18.0 | 7.2 | 0.90x |")  # its own SD
     text = judge_bar(runs)
-    assert "within 5 points of the target: judge 0.9, 1.36x standard SD's (+0.0 points)" in text
-    assert "top-2 at 1.37x, is -20.0 points" in text
-    assert text.endswith("per answer judge 0.9 takes 11.3 target forwards (20.0 tokens) "
-                         "against standard SD's 10.4 (13.5)")
+    assert text.startswith("judge 0.9, the most tokens per forward within 5 points of the target, answers "
+                           "70.0% right (+0.0 points) at 11.3 target forwards per answer, against standard SD's "
+                           "70.0% (lossless) at 10.4 and the EAGLE chain's at 8.0")
+    assert "(20.0 tokens against 13.5), so its 1.36x standard SD's tokens per forward flatters it" in text
+    assert text.endswith("the nearest Top-K in tokens per forward, top-2, is -20.0 points")
 
 
 def test_lost_questions_are_those_the_target_gets_right_and_a_run_gets_wrong(tiny, tokenizer):

@@ -301,8 +301,10 @@ def judge_runs(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE) -> list[str
 
 
 def judge_bar(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE, points: float = 5.0) -> str:
-    """Judge Decoding's bar in one sentence: the judge run with the most tokens per forward within
-    `points` of the target's accuracy, beside standard SD, the nearest Top-K and forwards per answer."""
+    """Judge Decoding's bar in one sentence, led by the honest measure: the judge run with the most tokens
+    per forward within `points` of the target's accuracy, its accuracy and target forwards per answer
+    beside the lossless runs' (standard SD, and the EAGLE chain where it ran), then what its tokens per
+    forward would suggest and the nearest Top-K."""
     if "target only" not in runs or "standard SD" not in runs:
         return "the sweep has not yet run the target alone and standard SD, which the bar is measured against"
     target, sd = runs["target only"].mean_accuracy, runs["standard SD"]
@@ -312,10 +314,12 @@ def judge_bar(runs: dict[str, Quality], judge: str = DEFAULT_JUDGE, points: floa
     best = max(within, key=lambda n: runs[n].tokens_per_forward)
     tpf = runs[best].tokens_per_forward
     nearest = min((n for n in runs if n.startswith("top-")), key=lambda n: abs(runs[n].tokens_per_forward - tpf))
-    return (f"most tokens per forward within {points:g} points of the target: {best}, "
-            f"{tpf / sd.tokens_per_forward:.2f}x standard SD's ({100 * (runs[best].mean_accuracy - target):+.1f} "
-            f"points); the nearest Top-K in tokens per forward, {nearest} at "
-            f"{runs[nearest].tokens_per_forward / sd.tokens_per_forward:.2f}x, is "
-            f"{100 * (runs[nearest].mean_accuracy - target):+.1f} points; per answer {best} takes "
-            f"{runs[best].forwards_per_answer:.1f} target forwards ({runs[best].tokens_per_answer:.1f} tokens) against "
-            f"standard SD's {sd.forwards_per_answer:.1f} ({sd.tokens_per_answer:.1f})")
+    lossless = f"standard SD's {100 * sd.mean_accuracy:.1f}% (lossless) at {sd.forwards_per_answer:.1f}"
+    if "eagle SD" in runs:
+        lossless += f" and the EAGLE chain's at {runs['eagle SD'].forwards_per_answer:.1f}"
+    return (f"{best}, the most tokens per forward within {points:g} points of the target, answers "
+            f"{100 * runs[best].mean_accuracy:.1f}% right ({100 * (runs[best].mean_accuracy - target):+.1f} points) "
+            f"at {runs[best].forwards_per_answer:.1f} target forwards per answer, against {lossless}; its answers "
+            f"run longer ({runs[best].tokens_per_answer:.1f} tokens against {sd.tokens_per_answer:.1f}), so its "
+            f"{tpf / sd.tokens_per_forward:.2f}x standard SD's tokens per forward flatters it; the nearest Top-K "
+            f"in tokens per forward, {nearest}, is {100 * (runs[nearest].mean_accuracy - target):+.1f} points")
