@@ -1,7 +1,8 @@
 """`make book`: the rendered course. From one clean commit it redraws the inspector's screenshots,
 executes every chapter in `instructor/` at full size (recording each figure in figures/manifest.json),
 and renders the executed chapters, without their solution cells, into `book/` as static HTML
-(nbconvert's lab template), with the course page and an exported inspector session.
+(nbconvert's lab template), with the course page and an exported inspector session. The benchmark
+figures that need a machine the book may not run on are re-plotted from their stored result files.
 
 nbconvert rather than Jupyter Book: it is already installed, needs no Node toolchain, and a folder of
 HTML pages with an index is all a reader needs."""
@@ -18,14 +19,17 @@ import sys
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import nbformat
 
 from .artifacts import atomic_write, git_commit, machine, repo_path
 from .data import mt_bench
 from .errors import LabError
-from .figures import load_manifest, run
+from .experiments import EXPERIMENTS
+from .figures import load_manifest, record, run
 from .paths import CACHE_DIR, FIGURES_DIR, INSTRUCTOR_DIR, ROOT
 from .viz.inspector import DraftTreeInspector
+from .viz.plots import plot_bench
 from .viz.session import export_html
 
 BOOK_DIR = ROOT / "book"
@@ -125,6 +129,23 @@ def inspector_page(path: Path) -> None:
     export_html(DraftTreeInspector(mt_bench(1)[0].text, method="eagle2", max_new_tokens=64), path)
 
 
+def replot_stored_figures() -> list[str]:
+    """Redraw each figure a benchmark step writes beside its result file (`--figure` with `--json`) from
+    that file, recording which file in figures/manifest.json; returns the figures drawn."""
+    drawn = []
+    for experiment in EXPERIMENTS.values():
+        for step in experiment.steps:
+            for command in step.commands:
+                figure, result = re.search(r"--figure (\S+)", command), re.search(r"--json (\S+)", command)
+                if figure and result and (ROOT / result.group(1)).exists():
+                    plt.close(plot_bench(json.loads((ROOT / result.group(1)).read_text()), ROOT / figure.group(1)))
+                    name = Path(figure.group(1)).name
+                    record("stored results", name, {"figures": [name], "source": result.group(1)},
+                           command="python -m lab.book (re-plotted from the result file)")
+                    drawn.append(name)
+    return drawn
+
+
 def check_figures(commit: str) -> None:
     """Every PNG in figures/ was written by a run of this commit; LabError names the others."""
     runs = {name: entry for section in load_manifest().values() for entry in section.values()
@@ -169,6 +190,7 @@ def build(out: Path = BOOK_DIR) -> dict:
     env = {**os.environ, "LAB_SCREENSHOTS": "1"}
     subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/test_browser.py"], cwd=ROOT, env=env, check=True)
     run(sorted(INSTRUCTOR_DIR.glob("*.ipynb")))
+    replot_stored_figures()
     check_figures(commit)
     size = render(commit, out)
     summary = {"commit": commit, "machine": machine(), "seconds": round(time.perf_counter() - started, 1),

@@ -44,3 +44,20 @@ def test_a_figure_from_another_commit_is_named(tmp_path, monkeypatch):
         book.check_figures("c1")
     manifest["notebooks"]["98"]["commit"] = "c1"
     book.check_figures("c1")
+
+
+def test_a_benchmark_figure_is_replotted_from_its_result_file(tmp_path, monkeypatch):
+    from lab.experiments import Experiment, Step
+    result = {"methods": {"ar": {"tokens_per_s": 10.0, "tau": 1.0, "speedup": 1.0},
+                          "eagle2": {"tokens_per_s": 15.0, "tau": 2.1, "speedup": 1.5}},
+              "config": {"dataset": "mt_bench", "limit": 2}, "machine": {"cpu": "a CPU", "cores": 2}}
+    (tmp_path / "r.json").write_text(json.dumps(result))
+    recorded = {}
+    monkeypatch.setattr(book, "ROOT", tmp_path)
+    monkeypatch.setattr(book, "EXPERIMENTS", {"x": Experiment("x", 1, (Step(("bench --json r.json --figure f.png",),
+                                                                             "r.json"),
+                                                                        Step(("bench --json gone.json --figure g.png",),
+                                                                             "gone.json")))})
+    monkeypatch.setattr(book, "record", lambda section, name, entry, command: recorded.update({name: entry}))
+    assert book.replot_stored_figures() == ["f.png"]
+    assert (tmp_path / "f.png").stat().st_size > 0 and recorded["f.png"]["source"] == "r.json"
