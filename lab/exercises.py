@@ -1,4 +1,5 @@
-"""`make exercises`: the student chapters in `notebooks/`, generated from the whole ones in `instructor/`.
+"""`make exercises`: the student chapters in `notebooks/` and the objectives on docs/course.md, generated
+from the whole chapters in `instructor/`.
 
 A cell tagged `solution` holds only functions, checked by a `lab.check` call in the next cell; the
 student copy keeps their signatures and docstrings, stubs their bodies and drops every output.
@@ -20,6 +21,8 @@ from .errors import LabError
 from .paths import INSTRUCTOR_DIR, NOTEBOOKS_DIR, ROOT
 
 SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
+OBJECTIVES = "## Objectives"
+COURSE_PAGE = ROOT / "docs" / "course.md"
 STUB = 'raise NotImplementedError("exercise: write this function, then run the check in the next cell")'
 
 
@@ -47,10 +50,20 @@ def solution_cells(notebook) -> list:
     return [c for c in notebook.cells if c.cell_type == "code" and SOLUTION_TAG in c.metadata.get("tags", [])]
 
 
+def slide_type(cell) -> str:
+    """RISE's slide type for a cell: a new slide at each chapter or section heading, a sub-slide at
+    each sub-section, otherwise the cell continues the slide it is on."""
+    if cell.cell_type == "markdown" and cell.source.startswith(("# ", "## ")):
+        return "slide"
+    return "subslide" if cell.cell_type == "markdown" and cell.source.startswith("### ") else "-"
+
+
 def student_copy(notebook):
-    """The notebook with every solution cell stubbed and tagged `exercise`, outputs dropped."""
+    """The notebook with every solution cell stubbed and tagged `exercise`, outputs dropped, and
+    slide types set so that it presents as slides in JupyterLab (jupyterlab-rise)."""
     out = copy.deepcopy(notebook)
     for cell in out.cells:
+        cell.metadata["slideshow"] = {"slide_type": slide_type(cell)}
         if cell.cell_type != "code":
             continue
         cell.outputs, cell.execution_count = [], None
@@ -59,6 +72,35 @@ def student_copy(notebook):
             cell.source = stub_functions(cell.source)
             cell.metadata["tags"] = [EXERCISE_TAG if t == SOLUTION_TAG else t for t in tags]
     return out
+
+
+def objectives(path: Path) -> list[str]:
+    """The chapter's title and the bullets of its objectives cell (LabError when it has none)."""
+    notebook = nbformat.read(path, as_version=4)
+    cell = next((c for c in notebook.cells[:3] if c.cell_type == "markdown" and c.source.startswith(OBJECTIVES)),
+                None)
+    if cell is None:
+        raise LabError(f"{path.name} has no objectives cell (markdown starting '{OBJECTIVES}') among its first "
+                       "three cells: add one")
+    title = notebook.cells[0].source.splitlines()[0].lstrip("# ")
+    bullets = []
+    for line in cell.source.splitlines():
+        if line.startswith("- "):
+            bullets.append(line)
+        elif bullets and line[:1].isspace() and line.strip():  # a bullet wrapped onto the next line
+            bullets[-1] += " " + line.strip()
+    return [f"**{title}**", ""] + bullets + [""]
+
+
+def course_page(source_dir: Path = INSTRUCTOR_DIR, page: Path = COURSE_PAGE) -> str:
+    """docs/course.md with its objectives block rebuilt from the chapters' objectives cells."""
+    lines = [line for path in sorted(source_dir.glob("*.ipynb")) for line in objectives(path)]
+    text = page.read_text()
+    start, end = "<!-- objectives:start -->", "<!-- objectives:end -->"
+    if start not in text or end not in text:
+        raise LabError(f"{page.name} lacks the markers {start} ... {end}: put them back where the objectives go")
+    head, rest = text.split(start, 1)
+    return f"{head}{start}\n" + "\n".join(lines) + f"{end}{rest.split(end, 1)[1]}"
 
 
 def render(path: Path) -> str:
@@ -72,6 +114,8 @@ def stale(source_dir: Path = INSTRUCTOR_DIR, out_dir: Path = NOTEBOOKS_DIR) -> l
     problems = [name for name, text in wanted.items()
                 if not (out_dir / name).exists() or (out_dir / name).read_text() != text]
     problems += [p.name for p in sorted(out_dir.glob("*.ipynb")) if p.name not in wanted]
+    if source_dir == INSTRUCTOR_DIR and COURSE_PAGE.read_text() != course_page():
+        problems.append(COURSE_PAGE.name)
     return problems
 
 
@@ -87,6 +131,10 @@ def write(source_dir: Path = INSTRUCTOR_DIR, out_dir: Path = NOTEBOOKS_DIR) -> l
         target = out_dir / path.name
         atomic_write(target, lambda tmp, text=text: tmp.write_text(text))
         written.append(target)
+    if source_dir == INSTRUCTOR_DIR:
+        text = course_page()
+        atomic_write(COURSE_PAGE, lambda tmp: tmp.write_text(text))
+        written.append(COURSE_PAGE)
     return written
 
 

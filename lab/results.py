@@ -23,9 +23,9 @@ from .judge.sweep import QUALITY_FILE, QUALITY_HOW, format_quality, judge_bar, j
 from .paths import DATA_DIR, ROOT
 
 RESULTS_DIR = DATA_DIR / "results"
-END_TO_END = RESULTS_DIR / "end_to_end.json"  # `python -m lab endtoend` (notebook 08): several settings in one file
-END_TO_END_HOW = ("`python -m lab.figures instructor/08_end_to_end.ipynb` (notebook 08 at full size, about 10 minutes "
-                  "on 2 cores) writes `data/results/end_to_end.json`")
+END_TO_END = RESULTS_DIR / "end_to_end.json"  # `make run E=end-to-end` (notebook 08 reads it): several settings
+END_TO_END_HOW = ("`make run E=end-to-end` (resumable; on the exact bfloat16 engine) writes "
+                  "`data/results/end_to_end.json`")
 # Figures a manifest may hold (a dotted path reaches into nested objects); shown when present.
 KEY_FIGURES = ("machine.gpu", "steps", "budget_minutes", "cpu_budget_minutes", "gpu_budget_minutes",
                "train.response_tokens",

@@ -78,24 +78,39 @@ QUALITY_AXES = {"tokens_per_forward": "new tokens per target forward",
 
 
 def plot_quality(runs: dict, heads: list[str], x: str = "tokens_per_forward", title: str = "",
-                 path: str | Path | None = None):
+                 path: str | Path | None = None, band: float = 5.0):
     """Notebook 07's quality against speed: the share of answers checked correct against `x` (a key of
-    QUALITY_AXES) for Top-K, each of `heads`' threshold sweeps, the EAGLE-1 chain and the single-point
-    methods. `runs`: `lab.judge.sweep.recorded_qualities` of every judge head."""
+    QUALITY_AXES) for Top-K, each of `heads`' threshold sweeps (the shipped head's points marked with
+    their delta), the EAGLE-1 chain with the judge, and the lossless runs (the target alone, standard SD,
+    the EAGLE-1 chain) as large markers; shaded: within `band` points of the target's accuracy.
+    `draft only` makes no target forwards and is left out. `runs`: `lab.judge.sweep.recorded_qualities`."""
 
     def points(names: list[str]) -> tuple[list[float], list[float]]:
         return [getattr(runs[n], x) for n in names], [runs[n].mean_accuracy for n in names]
-    fig, ax = plt.subplots(figsize=(9.5, 4))
+    fig, ax = plt.subplots(figsize=(9.5, 4.4))
+    target = runs["target only"].mean_accuracy
+    if band:
+        ax.axhspan(target - band / 100, target, color="grey", alpha=0.15, lw=0,
+                   label=f"within {band:g} points of the target")
     topk = [n for n in runs if n.startswith("top-")]
-    ax.plot(*points(topk), "s--", label="Top-K (K = " + ", ".join(n[4:] for n in topk) + ")")
+    ax.plot(*points(topk), "s--", label="Top-K, 2-layer draft (K = " + ", ".join(n[4:] for n in topk) + ")")
     for head, marker in zip(heads, ("o-", "v-.", "P-.", "X-", "d-")):
-        ax.plot(*points(judge_runs(runs, head)), marker,
-                label="judge, swept over delta" + ("" if head == DEFAULT_JUDGE else f" (head {head})"))
-    eagle = [n for n in runs if n.startswith("eagle ") and "(" not in n]  # with the shipped judge head
-    ax.plot(*points(eagle), "^:", label="EAGLE-1 chain: " + ", ".join(n[6:] for n in eagle))
-    singles = [("target only", "k*"), ("standard SD", "kD")] + [("draft only", "rx")] * (x == "tokens_per_forward")
-    for name, marker in singles:
-        ax.plot(*points([name]), marker, label=name)
+        names = judge_runs(runs, head)
+        ax.plot(*points(names), marker, label="judge, 2-layer draft, swept over delta"
+                + ("" if head == DEFAULT_JUDGE else f" (head {head})"))
+        if head == DEFAULT_JUDGE:
+            for name, (px, py) in zip(names, zip(*points(names))):
+                ax.annotate(name.split()[1], (px, py), textcoords="offset points", xytext=(4, -9), fontsize=7)
+    eagle_judge = [n for n in runs if n.startswith("eagle judge") and "(" not in n]  # the shipped judge head
+    if eagle_judge:
+        ax.plot(*points(eagle_judge), "^", color="tab:purple", ms=7,
+                label="EAGLE-1 chain + judge (delta " + ", ".join(n.split()[-1] for n in eagle_judge) + ")")
+    lossless = [("target only", "*", "black", "the target alone"),
+                ("standard SD", "D", "dimgrey", "standard SD, 2-layer draft"),
+                ("eagle SD", "P", "tab:red", "EAGLE-1 chain, standard verification")]
+    for name, marker, colour, label in lossless:
+        if name in runs:
+            ax.plot(*points([name]), marker, color=colour, ms=12, mec="white", label=f"{label} (lossless)")
     ax.set(xlabel=QUALITY_AXES[x], ylabel="share of answers checked correct", title=title)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # outside: the points fill the axes
     fig.tight_layout()
