@@ -1,5 +1,7 @@
 """Judge Decoding's pieces: planted-error labels, the sandbox, the checkable tasks, the lossy
 acceptance rules and their reduction to standard verification."""
+import json
+
 import pytest
 import torch
 
@@ -449,7 +451,7 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     judges = tmp_path / "judges"  # the shipped judge head and a second one beside it
     judges.mkdir()
     for name in ("judge", "judge-both"):
-        (judges / f"{name}.json").write_text(f'{{"name": "{name}"}}')
+        (judges / f"{name}.json").write_text(f'{{"name": "{name}", "weight": [1.0]}}')
     monkeypatch.setattr(lab.judge.probe, "JUDGE_DIR", judges)
     decoded, fail_at = [], [3]
 
@@ -475,8 +477,8 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     assert len(decoded) == len(names)  # a complete file decodes nothing
     assert (quality.format_quality(runs).splitlines()[2]
             == "| target only | 1.43 | 0.33x | 1.7 | 1.2 | 1.00x | 0.000 | +0.0 | 0.00 |")
-    sha = quality.file_sha  # a retrained judge: other bytes, the same threshold
-    monkeypatch.setattr(quality, "file_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
+    sha = quality.judge_sha  # a retrained judge: other weights, the same threshold
+    monkeypatch.setattr(quality, "judge_sha", lambda p: "retrained" if p.name == "judge.json" else sha(p))
     again = quality.quality_sweep(tiny, tokenizer, per_kind=1, fast=True, path=path, progress=False)[1]
     assert decoded[len(names):] == ["judge", "judge"] and list(again) == names  # only the judge's two runs
     monkeypatch.setattr(quality, "load_judge",  # the second head has another delta
@@ -494,12 +496,26 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     assert len(decoded) == 2 * len(names) + 4  # other questions: every run again
     assert list(json.loads(path.read_text())["runs"]) == list(again)  # and the other head's runs are dropped
     quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, judge="judge-both", progress=False)
-    (judges / "judge-both.json").write_text("{}")  # that head retrained: its runs are no longer shown
+    (judges / "judge-both.json").write_text('{"weight": [2.0]}')  # that head retrained: its runs are no longer shown
     quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, judge="judge-both", progress=False)
     assert len(decoded) == 2 * len(names) + 8
-    (judges / "judge-both.json").write_text("[]")  # retrained again: the shipped head's sweep drops its runs
+    (judges / "judge-both.json").write_text('{"weight": [3.0]}')  # retrained again: the shipped head's sweep drops its runs
     written = json.loads(path.read_text())
     assert quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, progress=False)
     assert len(decoded) == 2 * len(names) + 8  # without decoding anything
     kept = json.loads(path.read_text())
     assert list(kept["runs"]) == list(again) and kept["commit"] == written["commit"]
+
+
+def test_a_manifest_field_added_to_a_judge_file_keeps_its_runs_current(tmp_path):
+    """Runs are keyed on what the head decides with: a new manifest field changes the file's bytes,
+    not its hash; a changed weight changes both."""
+    from lab.judge.sweep import judge_sha
+    head = {"layer": 20, "delta": 0.9, "bias": 0.1, "weight": [0.5, -1.0], "mean": [0.0, 0.0], "std": [1.0, 1.0]}
+    path = tmp_path / "judge.json"
+    path.write_text(json.dumps(head))
+    before = judge_sha(path)
+    path.write_text(json.dumps({**head, "experiment": "judge-head"}))
+    assert judge_sha(path) == before
+    path.write_text(json.dumps({**head, "weight": [0.5, -1.5]}))
+    assert judge_sha(path) != before

@@ -4,6 +4,7 @@ every drafter and rule (`quality_sweep`, `python -m lab quality`)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -154,6 +155,14 @@ def file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def judge_sha(path: Path) -> str:
+    """The hash of what a judge head decides with (its layer, threshold and weights), not of its whole
+    file: a manifest field added later does not make the runs that used it stale."""
+    head = json.loads(path.read_text()) if path.exists() else file_sha(path)  # file_sha says what is missing
+    fields = {k: head.get(k) for k in ("layer", "reads_logits", "delta", "bias", "weight", "mean", "std")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def run_inputs(spec: dict, tasks: list[Task]) -> dict:
     """What one run's numbers depend on besides the code: the questions, the decoding sizes and the
     hashes of the files it reads; a run recorded with other inputs is decoded again."""
@@ -165,7 +174,7 @@ def run_inputs(spec: dict, tasks: list[Task]) -> dict:
     if spec["drafter"] == "eagle1":
         inputs |= {"eagle1": file_sha(head_path("eagle1")), "eagle_chain_depth": EAGLE_CHAIN_DEPTH}
     if _judge_of(spec):
-        inputs["judge"] = file_sha(judge_path(_judge_of(spec)))
+        inputs["judge"] = judge_sha(judge_path(_judge_of(spec)))
     return inputs
 
 
