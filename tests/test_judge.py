@@ -499,7 +499,7 @@ def test_the_quality_sweep_resumes_run_by_run_and_reruns_when_its_inputs_change(
     (judges / "judge-both.json").write_text('{"weight": [2.0]}')  # that head retrained: its runs are no longer shown
     quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, judge="judge-both", progress=False)
     assert len(decoded) == 2 * len(names) + 8
-    (judges / "judge-both.json").write_text('{"weight": [3.0]}')  # retrained again: the shipped head's sweep drops its runs
+    (judges / "judge-both.json").write_text('{"weight": [3.0]}')  # retrained again: the shipped sweep drops them
     written = json.loads(path.read_text())
     assert quality.quality_sweep(tiny, tokenizer, per_kind=2, fast=True, path=path, progress=False)
     assert len(decoded) == 2 * len(names) + 8  # without decoding anything
