@@ -156,21 +156,40 @@ def check_figures(commit: str) -> None:
                        "that shows them draw them")
 
 
+_THEME = re.compile(r'<style type="text/css">.*?</style>\n?', re.S)
+STYLESHEET = "lab.css"
+
+
+def shared_theme(pages: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The nbconvert theme every chapter page inlines, once, and the pages linking to it instead;
+    LabError if the pages do not inline the same theme."""
+    themes = {"".join(_THEME.findall(text)) for text in pages.values()}
+    if len(themes) != 1:
+        raise LabError("the chapter pages inline different style sheets: render them with one nbconvert template")
+    link = f'<link rel="stylesheet" href="{STYLESHEET}">\n'
+    return themes.pop(), {name: _THEME.sub("", text).replace("</head>", link + "</head>", 1)
+                          for name, text in pages.items()}
+
+
 def render(commit: str, out: Path = BOOK_DIR) -> int:
     """Write the book from the executed chapters in .cache/executed into `out` (built beside it, then
     swapped in whole); returns its size in bytes."""
     building = out.with_name(out.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir()
-    chapters = []
+    chapters, pages = [], {}
     for source in sorted(INSTRUCTOR_DIR.glob("*.ipynb")):
         executed = CACHE_DIR / "executed" / source.name
         if not executed.exists():
             raise LabError(f"{repo_path(executed)} is missing: run the chapter first (`make book` does)")
         notebook = nbformat.read(executed, as_version=4)
         page = source.stem + ".html"
-        (building / page).write_text(chapter_html(notebook))
+        pages[page] = chapter_html(notebook)
         chapters.append((page, title(notebook)))
+    theme, pages = shared_theme(pages)
+    (building / STYLESHEET).write_text(theme)
+    for page, text in pages.items():
+        (building / page).write_text(text)
     (building / "course.html").write_text(course_html())
     (building / "index.html").write_text(index_html(chapters, commit))
     inspector_page(building / "inspector.html")
@@ -202,11 +221,15 @@ def build(out: Path = BOOK_DIR) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lab.book", description=__doc__.splitlines()[0])
     parser.add_argument("--render-only", action="store_true",
-                        help="only render book/ from the chapters already executed in .cache/executed")
+                        help="only render book/ again from the chapters `make book` executed (.cache/executed), "
+                        "keeping the commit they ran at")
     args = parser.parse_args(argv)
     try:
         if args.render_only:
-            print(f"{render(git_commit()) / 2**20:.1f} MB in {repo_path(BOOK_DIR)}")
+            built = json.loads((BOOK_DIR / "build.json").read_text())  # the commit the chapters ran at
+            summary = {**built, "bytes": render(built["commit"])}
+            atomic_write(BOOK_DIR / "build.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=1) + "\n"))
+            print(f"{summary['bytes'] / 2**20:.1f} MB in {repo_path(BOOK_DIR)}")
         else:
             summary = build()
             print(f"book/: {len(summary['pages'])} pages, {summary['bytes'] / 2**20:.1f} MB, "

@@ -61,3 +61,13 @@ def test_a_benchmark_figure_is_replotted_from_its_result_file(tmp_path, monkeypa
     monkeypatch.setattr(book, "record", lambda section, name, entry, command: recorded.update({name: entry}))
     assert book.replot_stored_figures() == ["f.png"]
     assert (tmp_path / "f.png").stat().st_size > 0 and recorded["f.png"]["source"] == "r.json"
+
+
+def test_the_chapter_pages_share_one_style_sheet():
+    page = book.chapter_html(_chapter())
+    theme, pages = book.shared_theme({"a.html": page, "b.html": page})
+    assert theme.count('<style type="text/css">') >= 1 and '<style type="text/css">' not in pages["a.html"]
+    assert f'<link rel="stylesheet" href="{book.STYLESHEET}">' in pages["b.html"] and "A section" in pages["b.html"]
+    with pytest.raises(LabError, match="different style sheets"):
+        other = page.replace('<style type="text/css">', '<style type="text/css">x', 1)
+        book.shared_theme({"a.html": page, "b.html": other})
