@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from lab.exercises import OBJECTIVES, solution_cells
+from lab.figures import load_manifest
 from lab.paths import INSTRUCTOR_DIR, NOTEBOOKS_DIR, ROOT
 
 CHAPTERS = sorted(INSTRUCTOR_DIR.glob("*.ipynb"))
@@ -72,6 +73,29 @@ def test_a_chapter_opens_with_objectives_and_ends_with_a_summary(path):
         if summaries else None
     assert after is not None and set(after) <= {"## Exercises"}, "a '## Summary' after every section but the exercises"
     assert log_lines("\n".join(markdown)) == []
+
+
+def stated_minutes(objectives: str) -> int | None:
+    """The bound a chapter's objectives cell states for its full-size run ("under N minutes")."""
+    match = re.search(r"\*\*Time:\*\* under (\d+) minutes? at full size", objectives)
+    return int(match.group(1)) if match else None
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_a_chapter_states_a_time_its_last_full_size_run_kept(path):
+    """The typed bound is checked against the run recorded in figures/manifest.json (by `make book`
+    or `make figures`), so it cannot drift from the measurement."""
+    notebook = nbformat.read(path, as_version=4)
+    minutes = next(filter(None, (stated_minutes(c.source) for c in notebook.cells[:3])), None)
+    assert minutes is not None, "the objectives cell states '**Time:** under N minutes at full size'"
+    run = load_manifest()["notebooks"][path.stem]
+    assert run["seconds"] <= 60 * minutes, f"the last full-size run took {run['seconds']:.0f} s"
+
+
+def test_the_time_check_reads_the_bound():
+    assert stated_minutes("**Time:** under 5 minutes at full size on a 2-core CPU") == 5
+    assert stated_minutes("**Time:** under 1 minute at full size") == 1
+    assert stated_minutes("**Time:** about 2 minutes to run here") is None
 
 
 def test_the_scan_catches_a_work_log_and_spares_numbers():
