@@ -82,6 +82,29 @@ ABLATION_STAGE2 = {"feature-plain": ("feature", "--ttt-steps 1"), "token-plain":
                    "fused-ttt": ("fused", "--ttt-steps 7")}
 
 
+# EAGLE-3's levers at the ablation's scale, one option apart per pair (lab/ablation.py, LEVER_PAIRS): a fused-tap
+# first stage (300 plain steps, plain taps, normed taps, or with the feature loss), then 150 steps of training-time
+# test of S steps. Float32 products: a CPU without bfloat16 matrix instructions emulates bfloat16 autocast.
+LEVER = "train eagle3 --heldout-every 50 --resume --fp32"
+LEVER_STAGE1 = {"s1": "--taps fused", "normed-s1": "--taps fused-normed", "feature-s1": "--taps fused --feature-loss 10"}
+LEVER_STAGE2 = {"s7": ("s1", 7), "s3": ("s1", 3), "s2": ("s1", 2), "normed-s3": ("normed-s1", 3),
+                "feature-s3": ("feature-s1", 3)}
+
+
+def _lever_steps() -> tuple[Step, ...]:
+    """Each lever head's two stages, then tau of every second stage at the issue's fixed tree and at
+    a depth-2 tree (the depth this CPU's tunings choose)."""
+    first = tuple(_step(f"data/eagle/lever-{name}.json", f"{LEVER} --max-steps 300 --ttt-steps 1 --name lever-{name} "
+                                                         f"{options}") for name, options in LEVER_STAGE1.items())
+    second = tuple(_step(f"data/eagle/lever-{name}.json",
+                         f"{LEVER} --max-steps 150 --ttt-steps {s} --name lever-{name} --init lever-{init} "
+                         f"{LEVER_STAGE1[init].split(' --feature-loss')[0]}") for name, (init, s) in LEVER_STAGE2.items())
+    heads = " ".join(f"lever-{name}" for name in LEVER_STAGE2)
+    return first + second + tuple(_step(f"data/results/eagle3_levers_tau{suffix}.json",
+                                        f"tau {heads} --tree {tree} --json data/results/eagle3_levers_tau{suffix}.json")
+                                  for suffix, tree in (("", "4,6,24"), ("_depth2", "2,4,6")))
+
+
 def _ablation_head(name: str, command: str) -> Step:
     """An ablation head's step is done when its manifest exists: only the manifests ship (the
     weights stay in the working tree of whoever trains them; `tau` reads them there)."""
@@ -151,6 +174,9 @@ EXPERIMENTS: dict[str, Experiment] = {
         _step("data/results/eagle3_ablation_tau.json",
               "tau " + " ".join(f"ablation-{name}" for name in ABLATION_STAGE2) + " eagle3-full eagle1 "
               "--json data/results/eagle3_ablation_tau.json"))),
+    "eagle3-levers": Experiment("EAGLE-3's levers at the ablation's scale: TTT length 2, 3 or 7, normed taps, a "
+                                "first stage with the feature loss; tau at a fixed and a depth-2 tree", 75,
+                                _lever_steps()),
     # ---- trees --------------------------------------------------------------------------------
     "tune": Experiment("the tree size of every shipped head on this machine (float32 and bfloat16)", 60, (
         _step("data/eagle/tree_choice.json", "tune tree"),

@@ -74,6 +74,28 @@ def test_unrolled_steps_equal_drafting_one_step_at_a_time(tiny):
             torch.testing.assert_close(state[0], outs[s][0, t], rtol=1e-4, atol=1e-4)
 
 
+def test_a_normed_head_ignores_each_taps_scale_and_drafts_as_it_trains(tiny, tmp_path):
+    """taps="fused-normed": scaling one tap by 1000 (as layer 27's outlier channels do) leaves the
+    fused state unchanged, the drafting cache projects as the head does, and the norms survive a
+    save and load. The plain fused head, by contrast, is moved by the scale."""
+    from lab.drafters.heads import save_head
+    torch.manual_seed(0)
+    h = tiny.config.hidden_size
+    features = torch.randn(5, 3 * h)
+    louder = torch.cat([features[:, :2 * h], 1000 * features[:, 2 * h:]], -1)
+    plain = random_head(tiny)
+    normed = Eagle3Head(tiny, plain.vocab, taps="fused-normed").eval()
+    normed.load_state_dict(plain.state_dict(), strict=False)
+    with torch.no_grad():
+        normed.tap_norms[1].weight.fill_(0.5)
+        torch.testing.assert_close(normed.project(louder), normed.project(features), rtol=1e-4, atol=1e-4)
+        assert not torch.allclose(plain.project(louder), plain.project(features), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(normed.drafter_state().project(features), normed.project(features))
+    save_head(normed, tmp_path / "normed.safetensors")
+    loaded = load_head(tiny, path=tmp_path / "normed.safetensors")
+    assert loaded.taps == "fused-normed" and torch.equal(loaded.tap_norms[1].weight, normed.tap_norms[1].weight)
+
+
 def test_the_bfloat16_drafting_copies_compute_the_heads_own_layer(tiny):
     """In bfloat16 the drafting cache runs packed copies of the head's linears (`fast_linear`,
     where this CPU runs them): the same layer and readout as the head's modules, up to bfloat16

@@ -90,25 +90,28 @@ class Eagle3Layer(nn.Module):
         return h + proj["down_proj"](F.silu(proj["gate_proj"](x)) * proj["up_proj"](x))
 
 
-TAPS = ("fused", "top")
+TAPS = ("fused", "fused-normed", "top")
 
 
 class Eagle3Head(nn.Module):
     """fc (3H -> H, no bias), `midlayer`, a final `norm` and `lm_head` over the draft vocabulary; the
     target's token embedding is shared (the same tensor) and frozen. The buffer `vocab` holds the
     target id of each draft-vocabulary column (sorted and distinct, LabError otherwise). taps="top"
-    reads the top feature only (fc H -> H): notebook 06's ablation of training-time test."""
+    reads the top feature only (fc H -> H): notebook 06's ablation of training-time test; taps="fused-normed"
+    RMS-normalises each tap (a learned scale per tap) before fc, so no tap's scale dominates the fused state."""
     variant = "eagle3"
 
     def __init__(self, target, vocab: torch.Tensor, taps: str = "fused"):
         super().__init__()
         if taps not in TAPS:
-            raise LabError(f"unknown EAGLE-3 taps {taps!r}: choose fused or top")
+            raise LabError(f"unknown EAGLE-3 taps {taps!r}: choose one of {', '.join(TAPS)}")
         cfg = target.config
         hidden = cfg.hidden_size
         head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
         self.config, self.taps = cfg, taps
-        self.feature_layers = feature_layers(cfg.num_hidden_layers) if taps == "fused" else (cfg.num_hidden_layers,)
+        self.feature_layers = feature_layers(cfg.num_hidden_layers) if taps != "top" else (cfg.num_hidden_layers,)
+        self.tap_norms = nn.ModuleList(nn.RMSNorm(hidden, eps=cfg.rms_norm_eps) for _ in self.feature_layers) \
+            if taps == "fused-normed" else None
         self.embed_tokens = target.model.embed_tokens
         self.fc = nn.Linear(len(self.feature_layers) * hidden, hidden, bias=False)
         self.midlayer = Eagle3Layer(hidden, cfg.num_attention_heads, cfg.num_key_value_heads, head_dim,
@@ -121,9 +124,15 @@ class Eagle3Head(nn.Module):
         self.register_buffer("vocab", vocab)
         self.to(target.dtype)
 
+    def normed_taps(self, features: torch.Tensor) -> torch.Tensor:
+        """The concatenated taps, each RMS-normalised for a "fused-normed" head (unchanged otherwise)."""
+        if self.tap_norms is None:
+            return features
+        return torch.cat([norm(tap) for norm, tap in zip(self.tap_norms, features.chunk(len(self.tap_norms), -1))], -1)
+
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """The target's concatenated taps [..., 3H] -> the layer's input state g [..., H]."""
-        return self.fc(features)
+        return self.fc(self.normed_taps(features))
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         """Output states [..., H] -> logits over the draft vocabulary [..., V']."""
@@ -202,7 +211,7 @@ class Eagle3Cache:
         self.reset()
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
-        return self.proj["fc"](features)
+        return self.proj["fc"](self.head.normed_taps(features))
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         return self.proj["lm_head"](self.head.norm(states))

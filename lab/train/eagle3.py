@@ -54,7 +54,7 @@ def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int, tap
         rows.append((ids[cut:], feats[cut:], max(prompt_len - cut, 2)))
     width = max(len(ids) for ids, _, _ in rows) - 1
     b = len(rows)
-    columns = slice(0, 3 * hidden) if taps == "fused" else slice(3 * hidden, 4 * hidden)
+    columns = slice(0, 3 * hidden) if taps != "top" else slice(3 * hidden, 4 * hidden)
     features = torch.zeros(b, width, columns.stop - columns.start)
     top = torch.zeros(b, width, hidden)
     tokens = torch.zeros(b, width, dtype=torch.long)

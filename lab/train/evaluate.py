@@ -95,7 +95,7 @@ def draft_states(head: EagleHead | Eagle3Head, ids: np.ndarray, feats: np.ndarra
     f = torch.from_numpy(np.asarray(feats, dtype=np.float32))
     if isinstance(head, Eagle3Head):
         hidden = head.config.hidden_size
-        columns = slice(0, 3 * hidden) if head.taps == "fused" else slice(3 * hidden, 4 * hidden)
+        columns = slice(0, 3 * hidden) if head.taps != "top" else slice(3 * hidden, 4 * hidden)
         pairs = len(ids) - 1
         outs = head(f[:-1, columns][None], tokens[1:][None], torch.ones(1, pairs, dtype=torch.bool), depths)
         return [out[0] for out in outs], None

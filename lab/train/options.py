@@ -65,8 +65,8 @@ class Eagle3Options(LoopOptions):
     train_prompts: int | None = opt(None, TRAIN_PROMPTS)
     ttt_steps: int = opt(7, "training-time test steps")
     draft_vocab: int = opt(8192, "draft vocabulary: the most frequent training tokens")
-    taps: str = opt("fused", "the target's layers 2, N/2, N-3 fused, or its top feature only (an ablation)",
-                    choices=["fused", "top"])
+    taps: str = opt("fused", "the target's layers 2, N/2, N-3 fused (fused-normed: each tap RMS-normalised first), "
+                    "or its top feature only (an ablation)", choices=["fused", "fused-normed", "top"])
     feature_loss: float = opt(0.0, "also regress each step's output state onto the target's top feature with this "
                               "weight against the token loss (EAGLE-1's constraint put back, an ablation; 0: "
                               "EAGLE-3's objective)")
