@@ -86,7 +86,7 @@ ABLATION_STAGE2 = {"feature-plain": ("feature", "--ttt-steps 1"), "token-plain":
 # first stage (300 plain steps, plain taps, normed taps, or with the feature loss), then 150 steps of training-time
 # test of S steps. Float32 products: a CPU without bfloat16 matrix instructions emulates bfloat16 autocast.
 LEVER = "train eagle3 --heldout-every 50 --resume --fp32"
-LEVER_STAGE1 = {"s1": "--taps fused", "normed-s1": "--taps fused-normed", "feature-s1": "--taps fused --feature-loss 10"}
+LEVER_STAGE1 = {"s1": ("fused", ""), "normed-s1": ("fused-normed", ""), "feature-s1": ("fused", " --feature-loss 10")}
 LEVER_STAGE2 = {"s7": ("s1", 7), "s3": ("s1", 3), "s2": ("s1", 2), "normed-s3": ("normed-s1", 3),
                 "feature-s3": ("feature-s1", 3)}
 
@@ -95,10 +95,12 @@ def _lever_steps() -> tuple[Step, ...]:
     """Each lever head's two stages, then tau of every second stage at the issue's fixed tree and at
     a depth-2 tree (the depth this CPU's tunings choose)."""
     first = tuple(_step(f"data/eagle/lever-{name}.json", f"{LEVER} --max-steps 300 --ttt-steps 1 --name lever-{name} "
-                                                         f"{options}") for name, options in LEVER_STAGE1.items())
+                                                         f"--taps {taps}{extra}")
+                  for name, (taps, extra) in LEVER_STAGE1.items())
     second = tuple(_step(f"data/eagle/lever-{name}.json",
                          f"{LEVER} --max-steps 150 --ttt-steps {s} --name lever-{name} --init lever-{init} "
-                         f"{LEVER_STAGE1[init].split(' --feature-loss')[0]}") for name, (init, s) in LEVER_STAGE2.items())
+                         f"--taps {LEVER_STAGE1[init][0]}")
+                   for name, (init, s) in LEVER_STAGE2.items())
     heads = " ".join(f"lever-{name}" for name in LEVER_STAGE2)
     return first + second + tuple(_step(f"data/results/eagle3_levers_tau{suffix}.json",
                                         f"tau {heads} --tree {tree} --json data/results/eagle3_levers_tau{suffix}.json")
