@@ -82,29 +82,27 @@ ABLATION_STAGE2 = {"feature-plain": ("feature", "--ttt-steps 1"), "token-plain":
                    "fused-ttt": ("fused", "--ttt-steps 7")}
 
 
-# EAGLE-3's levers at the ablation's scale, one option apart per pair (lab/ablation.py, LEVER_PAIRS): a fused-tap
-# first stage (300 plain steps, plain taps, normed taps, or with the feature loss), then 150 steps of training-time
-# test of S steps. Float32 products: a CPU without bfloat16 matrix instructions emulates bfloat16 autocast.
+# EAGLE-3's levers at a scale 2 cores train in an hour, one option apart per pair: a fused-tap first stage (200
+# plain steps, plain or normed taps), then 100 steps of training-time test of S steps. Float32 products: a CPU
+# without bfloat16 matrix instructions emulates bfloat16 autocast, several times slower.
 LEVER = "train eagle3 --heldout-every 50 --resume --fp32"
-LEVER_STAGE1 = {"s1": ("fused", ""), "normed-s1": ("fused-normed", ""), "feature-s1": ("fused", " --feature-loss 10")}
-LEVER_STAGE2 = {"s7": ("s1", 7), "s3": ("s1", 3), "s2": ("s1", 2), "normed-s3": ("normed-s1", 3),
-                "feature-s3": ("feature-s1", 3)}
+LEVER_STAGE2 = {"s7": ("fused", 7), "s2": ("fused", 2), "normed-s2": ("fused-normed", 2)}
 
 
 def _lever_steps() -> tuple[Step, ...]:
     """Each lever head's two stages, then tau of every second stage at the issue's fixed tree and at
     a depth-2 tree (the depth this CPU's tunings choose)."""
-    first = tuple(_step(f"data/eagle/lever-{name}.json", f"{LEVER} --max-steps 300 --ttt-steps 1 --name lever-{name} "
-                                                         f"--taps {taps}{extra}")
-                  for name, (taps, extra) in LEVER_STAGE1.items())
+    stage1 = {"fused": "s1", "fused-normed": "normed-s1"}
+    first = tuple(_step(f"data/eagle/lever-{name}.json",
+                        f"{LEVER} --max-steps 200 --ttt-steps 1 --name lever-{name} --taps {taps}")
+                  for taps, name in stage1.items())
     second = tuple(_step(f"data/eagle/lever-{name}.json",
-                         f"{LEVER} --max-steps 150 --ttt-steps {s} --name lever-{name} --init lever-{init} "
-                         f"--taps {LEVER_STAGE1[init][0]}")
-                   for name, (init, s) in LEVER_STAGE2.items())
+                         f"{LEVER} --max-steps 100 --ttt-steps {s} --name lever-{name} --init lever-{stage1[taps]} "
+                         f"--taps {taps}") for name, (taps, s) in LEVER_STAGE2.items())
     heads = " ".join(f"lever-{name}" for name in LEVER_STAGE2)
     return first + second + tuple(_step(f"data/results/eagle3_levers_tau{suffix}.json",
                                         f"tau {heads} --tree {tree} --json data/results/eagle3_levers_tau{suffix}.json")
-                                  for suffix, tree in (("", "4,6,24"), ("_depth2", "2,4,6")))
+                                  for suffix, tree in (("_depth2", "2,4,6"), ("", "4,6,24")))
 
 
 def _ablation_head(name: str, command: str) -> Step:
@@ -176,8 +174,8 @@ EXPERIMENTS: dict[str, Experiment] = {
         _step("data/results/eagle3_ablation_tau.json",
               "tau " + " ".join(f"ablation-{name}" for name in ABLATION_STAGE2) + " eagle3-full eagle1 "
               "--json data/results/eagle3_ablation_tau.json"))),
-    "eagle3-levers": Experiment("EAGLE-3's levers at the ablation's scale: TTT length 2, 3 or 7, normed taps, a "
-                                "first stage with the feature loss; tau at a fixed and a depth-2 tree", 75,
+    "eagle3-levers": Experiment("two of EAGLE-3's levers, small: TTT of 2 steps against 7, and normed taps; tau at "
+                                "a depth-2 and at the issue's fixed tree", 70,
                                 _lever_steps()),
     # ---- trees --------------------------------------------------------------------------------
     "tune": Experiment("the tree size of every shipped head on this machine (float32 and bfloat16)", 60, (
