@@ -1,6 +1,7 @@
-"""Notebook 06's one-factor ablation: the five heads `python -m lab run eagle3-ablation` trains (two
-stages of `train eagle3` each), the pairs the chapter compares and the one option each pair may differ
-in (`differences` checks it, at every stage), and what each head cost.
+"""Notebook 06's one-factor comparisons: the five heads `python -m lab run eagle3-ablation` trains and
+the three of `python -m lab run eagle3-levers` (two stages of `train eagle3` each), the pairs the
+chapter compares and the one option each pair may differ in (`differences` checks it, at every
+stage), and what each head cost.
 """
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ PAIRS = (("ablation-feature-plain", "ablation-token-plain", "feature_loss"),
          ("ablation-feature-plain", "ablation-feature-ttt", "ttt_steps"),
          ("ablation-token-plain", "ablation-token-ttt", "ttt_steps"),
          ("ablation-token-ttt", "ablation-fused-ttt", "taps"))
+
+# EAGLE-3's levers, small (experiment eagle3-levers): training-time test as deep as the trees drafted on
+# this CPU (2 steps against 7, from the same first stage), then each tap RMS-normalised before the fusion
+LEVER_PAIRS = (("lever-s7", "lever-s2", "ttt_steps"),
+               ("lever-s2", "lever-normed-s2", "taps"))
 
 # options that name a run rather than shape it: a head's own name, the head it continues, resuming
 NOT_A_FACTOR = ("name", "init", "resume")
@@ -70,7 +76,7 @@ def chain_tau(evaluation: dict) -> float:
     return 1.0 + sum(evaluation["chain_acceptance_by_depth"]["rate"])
 
 
-def manifests() -> dict[str, dict]:
-    """Every head of the ablation's manifest, by name (Fig. 4's four, then the fused head)."""
-    names = list(FIG4.values()) + [TABLE2[-1][1]]
+def manifests(pairs: tuple = PAIRS) -> dict[str, dict]:
+    """The manifest of every head in `pairs`, by name (for the ablation: Fig. 4's four, then the fused head)."""
+    names = dict.fromkeys(name for a, b, _ in pairs for name in (a, b))
     return {name: head_manifest(name) for name in names}

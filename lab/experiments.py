@@ -83,7 +83,7 @@ ABLATION_STAGE2 = {"feature-plain": ("feature", "--ttt-steps 1"), "token-plain":
 
 
 # EAGLE-3's levers at a scale 2 cores train in an hour, one option apart per pair: a fused-tap first stage (200
-# plain steps, plain or normed taps), then 100 steps of training-time test of S steps. Float32 products: a CPU
+# plain steps, plain or normed taps), then 200 steps of training-time test of S steps. Float32 products: a CPU
 # without bfloat16 matrix instructions emulates bfloat16 autocast, several times slower.
 LEVER = "train eagle3 --heldout-every 50 --resume --fp32"
 LEVER_STAGE2 = {"s7": ("fused", 7), "s2": ("fused", 2), "normed-s2": ("fused-normed", 2)}
@@ -97,7 +97,7 @@ def _lever_steps() -> tuple[Step, ...]:
                         f"{LEVER} --max-steps 200 --ttt-steps 1 --name lever-{name} --taps {taps}")
                   for taps, name in stage1.items())
     second = tuple(_step(f"data/eagle/lever-{name}.json",
-                         f"{LEVER} --max-steps 100 --ttt-steps {s} --name lever-{name} --init lever-{stage1[taps]} "
+                         f"{LEVER} --max-steps 200 --ttt-steps {s} --name lever-{name} --init lever-{stage1[taps]} "
                          f"--taps {taps}") for name, (taps, s) in LEVER_STAGE2.items())
     heads = " ".join(f"lever-{name}" for name in LEVER_STAGE2)
     return first + second + tuple(_step(f"data/results/eagle3_levers_tau{suffix}.json",

@@ -11,24 +11,29 @@ from lab.options import from_args
 from lab.train.options import Eagle3Options
 
 
+EXPERIMENT = {"ablation": "eagle3-ablation", "lever": "eagle3-levers"}  # head name prefix -> its experiment
+ALL_PAIRS = ablation.PAIRS + ablation.LEVER_PAIRS
+
+
 def planned_manifest(name: str) -> dict:
     """A manifest as the registry's command for `name` would record it: its options, and the
     manifest of the head it continues under init (what the trainer writes)."""
-    step = next(s for s in EXPERIMENTS["eagle3-ablation"].steps if s.out == f"data/eagle/{name}.json")
+    steps = EXPERIMENTS[EXPERIMENT[name.split("-")[0]]].steps
+    step = next(s for s in steps if s.out == f"data/eagle/{name}.json")
     args = build_parser().parse_args(step.commands[0].split())
     options = from_args(Eagle3Options, args)
     init = {"manifest": planned_manifest(options.init)} if options.init else None
     return {"options": vars(options), "init": init}
 
 
-@pytest.mark.parametrize("a, b, factor", ablation.PAIRS)
+@pytest.mark.parametrize("a, b, factor", ALL_PAIRS)
 def test_each_planned_pair_differs_in_its_factor_alone(a, b, factor):
     assert ablation.differences(planned_manifest(a), planned_manifest(b)) == {factor}
 
 
-@pytest.mark.parametrize("a, b, factor", ablation.PAIRS)
+@pytest.mark.parametrize("a, b, factor", ALL_PAIRS)
 def test_each_recorded_pair_differs_in_its_factor_alone(a, b, factor):
-    manifests = ablation.manifests()
+    manifests = ablation.manifests(ablation.PAIRS if (a, b, factor) in ablation.PAIRS else ablation.LEVER_PAIRS)
     assert ablation.differences(manifests[a], manifests[b]) == {factor}
 
 
@@ -63,8 +68,10 @@ def test_cost_and_chain_tau_add_up_over_stages():
     assert ablation.chain_tau({"chain_acceptance_by_depth": {"rate": [0.5, 0.25, 0.125]}}) == 1.875
 
 
-def test_every_ablation_head_is_a_run_experiment_and_ships_its_manifest():
-    outs = {step.out for step in EXPERIMENTS["eagle3-ablation"].steps}
-    for name in ablation.manifests():
+@pytest.mark.parametrize("experiment, pairs, tau_file", [("eagle3-ablation", ablation.PAIRS, "eagle3_ablation_tau"),
+                                                         ("eagle3-levers", ablation.LEVER_PAIRS, "eagle3_levers_tau")])
+def test_every_compared_head_is_a_run_experiment_and_ships_its_manifest(experiment, pairs, tau_file):
+    outs = {step.out for step in EXPERIMENTS[experiment].steps}
+    for name in ablation.manifests(pairs):
         assert f"data/eagle/{name}.json" in outs
-    assert "data/results/eagle3_ablation_tau.json" in outs
+    assert f"data/results/{tau_file}.json" in outs
