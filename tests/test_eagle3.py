@@ -75,7 +75,7 @@ def test_unrolled_steps_equal_drafting_one_step_at_a_time(tiny):
 
 
 def test_a_normed_head_ignores_each_taps_scale_and_drafts_as_it_trains(tiny, tmp_path):
-    """taps="fused-normed": scaling one tap by 1000 (as layer 27's outlier channels do) leaves the
+    """taps="fused-normed": scaling one tap by 1000 (a tap on another scale than the others) leaves the
     fused state unchanged, the drafting cache projects as the head does, and the norms survive a
     save and load. The plain fused head, by contrast, is moved by the scale."""
     from lab.drafters.heads import save_head

@@ -93,6 +93,11 @@ class Eagle3Layer(nn.Module):
 TAPS = ("fused", "fused-normed", "top")
 
 
+def tap_columns(taps: str, hidden: int) -> slice:
+    """The columns a head with `taps` reads from a cached feature row [low, middle, high, top] of 4 x hidden."""
+    return slice(3 * hidden, 4 * hidden) if taps == "top" else slice(0, 3 * hidden)
+
+
 class Eagle3Head(nn.Module):
     """fc (3H -> H, no bias), `midlayer`, a final `norm` and `lm_head` over the draft vocabulary; the
     target's token embedding is shared (the same tensor) and frozen. The buffer `vocab` holds the

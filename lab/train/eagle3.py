@@ -11,7 +11,7 @@ import torch
 
 from ..artifacts import git_commit, repo_path, write_json
 from ..data import REGEN_DIR, RegenSet, load_regen, sharegpt_replies, training_items
-from ..drafters.eagle3 import Eagle3Head, feature_layers
+from ..drafters.eagle3 import Eagle3Head, feature_layers, tap_columns
 from ..drafters.heads import head_path, load_head, save_head
 from ..options import recorded
 from ..paths import CACHE_DIR
@@ -54,7 +54,7 @@ def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]], hidden: int, tap
         rows.append((ids[cut:], feats[cut:], max(prompt_len - cut, 2)))
     width = max(len(ids) for ids, _, _ in rows) - 1
     b = len(rows)
-    columns = slice(0, 3 * hidden) if taps != "top" else slice(3 * hidden, 4 * hidden)
+    columns = tap_columns(taps, hidden)
     features = torch.zeros(b, width, columns.stop - columns.start)
     top = torch.zeros(b, width, hidden)
     tokens = torch.zeros(b, width, dtype=torch.long)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ..artifacts import command_line, git_commit, machine, read_results, repo_path, write_json
 from ..data import HELDOUT_PROMPTS, RegenSet, load_regen, unique_heldout
 from ..drafters.eagle1 import EagleHead
-from ..drafters.eagle3 import Eagle3Head, feature_layers
+from ..drafters.eagle3 import Eagle3Head, feature_layers, tap_columns
 from ..drafters.heads import load_head
 from ..errors import LabError
 from ..intervals import wilson
@@ -94,8 +94,7 @@ def draft_states(head: EagleHead | Eagle3Head, ids: np.ndarray, feats: np.ndarra
     tokens = torch.from_numpy(ids).long()
     f = torch.from_numpy(np.asarray(feats, dtype=np.float32))
     if isinstance(head, Eagle3Head):
-        hidden = head.config.hidden_size
-        columns = slice(0, 3 * hidden) if head.taps != "top" else slice(3 * hidden, 4 * hidden)
+        columns = tap_columns(head.taps, head.config.hidden_size)
         pairs = len(ids) - 1
         outs = head(f[:-1, columns][None], tokens[1:][None], torch.ones(1, pairs, dtype=torch.bool), depths)
         return [out[0] for out in outs], None
