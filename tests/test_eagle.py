@@ -16,7 +16,6 @@ from lab.drafters.heads import load_head, save_head
 from lab.errors import LabError
 from lab.sampling import Sampling
 from lab.target.engine import Engine
-from lab.target.exact import bf16_support
 from lab.train.eagle import _batch, head_loss, train_head
 from lab.train.evaluate import unroll_mask, unrolled_predictions
 from lab.train.options import Eagle1Options
@@ -320,7 +319,6 @@ def test_ar_time_splits_into_prefill_forwards_and_the_loop(tiny, tokenizer):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bf16_support() is not None, reason=f"the exact engine cannot run here: {bf16_support()}")
 def test_walked_tau_is_decodes_tau_on_the_exact_engine(target_bf16, tokenizer):
     """On the batch-invariant engine the tuner's walk along AR's continuations reproduces
     decode's tau for dynamic and static trees to the bit."""

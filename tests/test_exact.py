@@ -1,6 +1,7 @@
 """The exact bfloat16 engine (lab/target/exact.py): every scored position's logits and hidden states
 are bit-for-bit what scoring the same positions one at a time gives, for chains and random
-trees after random cache lengths; and transformers' own bfloat16 path fails the same check,
+trees after random cache lengths, with oneDNN's products where this CPU has them and with the
+lab's own product kernel everywhere; and transformers' own bfloat16 path fails the same check,
 so the check can fail."""
 from collections import Counter
 
@@ -13,12 +14,10 @@ from lab.drafters import NoDraft, TreeModelDraft
 from lab.errors import LabError
 from lab.sampling import Sampling
 from lab.target.engine import Engine
-from lab.target.exact import ExactEngine, bf16_support
+from lab.target.exact import ExactEngine, KernelWeight, packed_linear
 from lab.target.load import engine_for, make_draft, tiny_target
 from lab.trees import DraftTree
 from lab.verify.lossless import children_of
-
-pytestmark = pytest.mark.skipif(bf16_support() is not None, reason=f"{bf16_support()}")
 
 
 def random_tree(n: int, vocab: int, g: torch.Generator) -> DraftTree:
@@ -182,11 +181,30 @@ def test_step_seconds_times_every_step_and_leaves_the_forward_as_it_was():
     assert lab.target.exact.packed_linear.__name__ == "packed_linear"
 
 
-def test_a_cpu_without_bfloat16_units_gets_one_line(monkeypatch):
+def test_the_lab_kernel_computes_each_row_alone():
+    """`linear_bf16` against float32 products of the same bfloat16 numbers (within bfloat16
+    rounding), and every row the same bits whatever rows share the call: counts from 1 to 9 (its
+    one-row, four-row and leftover blocks) and 13 outputs (its leftover columns)."""
+    g = torch.Generator().manual_seed(0)
+    weight = KernelWeight(torch.randn(13, 64, generator=g))
+    x = torch.randn(9, 64, generator=g).to(torch.bfloat16)
+    whole = packed_linear(x, weight)
+    reference = x.float() @ weight.weight.float().T
+    assert whole.dtype == torch.bfloat16 and torch.allclose(whole.float(), reference, rtol=1e-2, atol=1e-2)
+    for n in range(1, 10):
+        for start in range(0, 10 - n):
+            assert torch.equal(packed_linear(x[start: start + n], weight), whole[start: start + n]), (n, start)
+    with pytest.raises(LabError, match="multiples of 8"):
+        KernelWeight(torch.randn(4, 12))
+
+
+def test_the_lab_kernel_scores_tiny_trees_as_ar(monkeypatch):
+    """The engine with the lab's product kernel, also where oneDNN's would be used."""
     import lab.target.exact
-    monkeypatch.setattr(lab.target.exact, "bf16_support", lambda: "this CPU has no bfloat16 matrix instructions")
-    with pytest.raises(LabError, match="--dtype float32"):
-        ExactEngine(tiny_target(3).to(torch.bfloat16))
+    monkeypatch.setattr(lab.target.exact, "bf16_support", lambda: "oneDNN's kernels switched off for this test")
+    model = tiny_target(3).to(torch.bfloat16)
+    assert all(isinstance(layer.qkv, KernelWeight) for layer in lab.target.exact.PackedLlama.of(model).layers)
+    assert check_trees(model, trials=8, max_nodes=48, max_prefix=200, seed=5) == []
 
 
 def _first_two(model, drafter, prompt, sampling, n):

@@ -2,7 +2,8 @@
 only if the target computes the same numbers for a position however many positions it scores at
 once; transformers' bfloat16 path does not (library kernels pick their blocking by shape).
 `ExactEngine` runs the Llama forward so that a row's arithmetic depends on that row alone: linears
-packed once for oneDNN and fed MIN_ROWS..BLOCK_ROWS rows per call; the rest row by row in
+packed once for oneDNN and fed MIN_ROWS..BLOCK_ROWS rows per call where oneDNN has bfloat16 kernels
+(AVX-512 or AMX), and elsewhere computed by csrc/exact_ops.c's own product; the rest row by row in
 csrc/exact_ops.c (float32 residual stream and RMSNorm, RoPE, SwiGLU, attention per (row, head) over
 its allowed keys in cache order); a float32 KV cache grown by doubling. So AR, a chain and a tree
 give bit-identical logits and hidden states for the same position (tests/test_exact.py checks it)."""
@@ -33,7 +34,9 @@ SOURCE = Path(__file__).resolve().parent / "csrc" / "exact_ops.c"
 
 
 def bf16_support() -> str | None:
-    """Why this CPU cannot run the exact bfloat16 engine fast, or None if it can."""
+    """Why oneDNN's bfloat16 matrix kernels cannot compute the exact engine's products on this CPU,
+    or None if they can. Where they cannot, the engine computes its products in its own C kernel
+    (`linear_bf16`: as fast as oneDNN for one row, several times slower for blocks of 16 or more)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return f"the exact bfloat16 engine needs an x86-64 CPU (this is {platform.machine()})"
     flags = cpu_flags()
@@ -70,20 +73,22 @@ def _compile() -> ctypes.CDLL:
     signatures = {"add_norm": [ptr, ptr, ptr, f32, ptr, i64, i64, i32],
                   "rope_into_cache": [ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i32],
                   "tree_attention": [ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, f32, i32],
-                  "swiglu": [ptr, ptr, i64, i64, i32]}
+                  "swiglu": [ptr, ptr, i64, i64, i32],
+                  "linear_bf16": [ptr, ptr, ptr, i64, i64, i64, i32]}
     for name, args in signatures.items():
         getattr(lib, name).argtypes, getattr(lib, name).restype = args, None
     return lib
 
 
 _OPS: ctypes.CDLL | None = None
+_LIB: ctypes.CDLL | None = None  # the same library, never timed by step_seconds
 
 
 def ops() -> ctypes.CDLL:
     """The compiled per-row operations (lab/target/csrc/exact_ops.c)."""
-    global _OPS
+    global _OPS, _LIB
     if _OPS is None:
-        _OPS = _compile()
+        _OPS = _LIB = _compile()
     return _OPS
 
 
@@ -111,16 +116,37 @@ def step_seconds() -> Iterator[Seconds]:
         _OPS, packed_linear = untimed_ops, untimed_linear
 
 
-def _pack(weight: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16).contiguous(), None)
+class KernelWeight:
+    """A bfloat16 weight [out, in] as csrc/exact_ops.c's `linear_bf16` reads it (torch's layout)."""
+
+    def __init__(self, weight: torch.Tensor):
+        if weight.shape[1] % 8:
+            raise LabError(f"the exact engine's product needs input widths that are multiples of 8 (got "
+                           f"{weight.shape[1]}); use --dtype float32")
+        self.weight = weight.detach().to(torch.bfloat16).contiguous()
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor | KernelWeight:
+    """A weight ready for `packed_linear`: reordered for oneDNN where it has bfloat16 kernels."""
+    if bf16_support() is None:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16).contiguous(), None)
+    return KernelWeight(weight)
 
 
 _LINEAR = torch.ops.mkldnn._linear_pointwise.default  # the overload resolved once, not per call
 
 
-def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    """x [n, in] bfloat16 -> [n, out] bfloat16, in calls of MIN_ROWS..BLOCK_ROWS rows (fewer rows
-    are padded with copies of the first), so that every row goes through the same kernel."""
+def packed_linear(x: torch.Tensor, packed: torch.Tensor | KernelWeight) -> torch.Tensor:
+    """x [n, in] bfloat16 -> [n, out] bfloat16. oneDNN gets calls of MIN_ROWS..BLOCK_ROWS rows
+    (fewer rows are padded with copies of the first), so that every row goes through the same
+    kernel; the lab's kernel computes each row on its own whatever the count."""
+    if isinstance(packed, KernelWeight):
+        x = x.to(torch.bfloat16).contiguous()
+        out = torch.empty(x.shape[0], packed.weight.shape[0], dtype=torch.bfloat16)
+        ops()  # compiled on first use
+        _LIB.linear_bf16(x.data_ptr(), packed.weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
+                          packed.weight.shape[0], torch.get_num_threads())
+        return out
     if MIN_ROWS <= x.shape[0] <= BLOCK_ROWS and x.is_contiguous():  # one call (ExactEngine's buffers)
         return _LINEAR(x, packed, None, "none", [], "")
     outs = []
@@ -134,9 +160,9 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
 
 
 def fast_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x -> x @ weight.T (+ bias) for drafters: packed once for oneDNN if the weight is bfloat16 on a
-    CPU with `bf16_support` (unpacked bfloat16 products are slow without AMX), else `F.linear`."""
-    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or bf16_support() is not None:
+    """x -> x @ weight.T (+ bias) for drafters: a bfloat16 weight on a CPU packed once for
+    `packed_linear` (torch's own bfloat16 products are slow without AMX), else `F.linear`."""
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or weight.shape[1] % 8:
         return lambda x: torch.nn.functional.linear(x, weight, bias)
     packed, bias = _pack(weight), None if bias is None else bias.detach()
 
@@ -160,12 +186,9 @@ class _Layer:
 class PackedLlama:
     """A Llama's weights as the exact forward uses them, packed once per model (`of` shares one copy
     as `model._lab_packed`); the LM head is packed on first use (an EAGLE head's body never needs it).
-    Raises LabError for a CPU or a Llama variant the exact engine does not support."""
+    Raises LabError for a Llama variant the exact engine does not support."""
 
     def __init__(self, model: LlamaForCausalLM):
-        why = bf16_support()
-        if why:
-            raise LabError(f"{why}: run with --dtype float32 (the transformers engine) instead")
         cfg = model.config
         if getattr(cfg, "mlp_bias", False) or getattr(cfg, "attention_bias", False):
             raise LabError("the exact engine supports Llama layers without biases; use --dtype float32")
@@ -174,6 +197,8 @@ class PackedLlama:
             raise LabError(f"the exact engine supports default RoPE only (got {rope.get('rope_type')}); "
                            "use --dtype float32")
         self.model = model
+        # oneDNN computes a row identically in calls of MIN_ROWS or more rows; the lab's kernel in any call
+        self.min_rows = MIN_ROWS if bf16_support() is None else 1
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
@@ -266,9 +291,9 @@ class ExactEngine:
         angles = positions.reshape(-1, 1).float() * w.inv_freq
         cos, sin = torch.cat([angles.cos()] * 2, -1).contiguous(), torch.cat([angles.sin()] * 2, -1).contiguous()
         hq, hkv, d = w.heads, w.kv_heads, w.head_dim
-        # the linears' inputs have at least MIN_ROWS rows, the rows past n zero (packed_linear
+        # the linears' inputs have at least w.min_rows rows, the rows past n zero (packed_linear
         # would pad each call otherwise); the C operations read and write the first n rows only
-        rows = max(n, MIN_ROWS)
+        rows = max(n, w.min_rows)
         normed = torch.zeros(rows, width, dtype=torch.bfloat16)
         q = torch.empty(n, hq, d)
         attended = torch.zeros(rows, hq * d, dtype=torch.bfloat16)
@@ -298,9 +323,9 @@ class ExactEngine:
         self.forwards += 1
         if not logits:
             return Scored(None, hidden)
-        if last_only:  # the last row, scored in a block of MIN_ROWS rows
-            first = max(n - MIN_ROWS, 0)
-            return Scored(packed_linear(normed[first: first + MIN_ROWS], w.lm_head)[n - 1 - first: n - first].float(),
+        if last_only:  # the last row, scored in a block of w.min_rows rows
+            first = max(n - w.min_rows, 0)
+            return Scored(packed_linear(normed[first: first + w.min_rows], w.lm_head)[n - 1 - first: n - first].float(),
                           hidden)
         return Scored(packed_linear(normed, w.lm_head)[:n].float(), hidden)
 

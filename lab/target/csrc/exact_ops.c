@@ -1,5 +1,6 @@
 /* The exact engine's per-row operations (lab/target/exact.py): everything in a decoder layer except
- * its four packed bfloat16 products, which oneDNN computes.
+ * its four bfloat16 products, which oneDNN computes where it has bfloat16 kernels and linear_bf16
+ * (at the end of this file) computes elsewhere.
  *
  * Exact speculative decoding needs the target to compute the same bits for a position whether
  * it is scored alone (AR) or inside a chain or tree. Library kernels choose their blocking, and
@@ -383,4 +384,89 @@ void swiglu(const uint16_t *gate_up, uint16_t *out, int64_t n, int64_t inner, in
             for (int64_t l = 0; c + l < inner; l++) o[c + l] = to_bf16(y[l]);
         }
     }
+}
+
+/* The products on CPUs where oneDNN has no bfloat16 kernels (lab/target/exact.py): y = x w^T with
+ * x bfloat16 [n, in], w bfloat16 [out, in] (torch's layout), y bfloat16 [n, out], summed in float32.
+ * Every y[r, j] is 8 lanes accumulated over k in increasing order, then the lanes folded in halves,
+ * whichever block kernel computes it and however the outputs are split between threads, so a row's
+ * result never depends on the other rows. The blocks only decide what is kept in registers: one
+ * row against 8 outputs (one-row calls read each weight once, at the memory's rate), or 4 rows
+ * against 2 outputs (each weight read serves 4 rows). in is a multiple of 8 (checked in Python). */
+typedef float f8 __attribute__((vector_size(32)));
+typedef uint16_t u16x8 __attribute__((vector_size(16)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+
+static inline f8 load8(const float *src) {
+    f8 v;
+    memcpy(&v, src, sizeof v);
+    return v;
+}
+
+static inline f8 load_bf16x8(const uint16_t *src) {
+    u16x8 h;
+    memcpy(&h, src, sizeof h);
+    const u32x8 u = __builtin_convertvector(h, u32x8) << 16;
+    f8 f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float fold8(f8 v) {
+    float lane[8];
+    memcpy(lane, &v, sizeof lane);
+    for (int w = 4; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+    return lane[0];
+}
+
+/* rows R x outputs J: x float32 rows (stride in), w bfloat16 rows (stride in), y bfloat16 (stride out) */
+#define PRODUCT_BLOCK(R, J)                                                                          \
+    static void block_##R##x##J(const float *x, const uint16_t *w, uint16_t *y, int64_t in, int64_t out) { \
+        f8 acc[R][J];                                                                                \
+        for (int r = 0; r < R; r++)                                                                  \
+            for (int j = 0; j < J; j++) acc[r][j] = (f8){0};                                         \
+        for (int64_t k = 0; k < in; k += 8) {                                                        \
+            f8 row[R];                                                                               \
+            for (int r = 0; r < R; r++) row[r] = load8(x + r * in + k);                              \
+            for (int j = 0; j < J; j++) {                                                            \
+                const f8 wj = load_bf16x8(w + j * in + k);                                           \
+                for (int r = 0; r < R; r++) acc[r][j] += row[r] * wj;                                \
+            }                                                                                        \
+        }                                                                                            \
+        for (int r = 0; r < R; r++)                                                                  \
+            for (int j = 0; j < J; j++) y[r * out + j] = to_bf16(fold8(acc[r][j]));                  \
+    }
+PRODUCT_BLOCK(1, 1)
+PRODUCT_BLOCK(1, 8)
+PRODUCT_BLOCK(1, 2)
+PRODUCT_BLOCK(4, 1)
+PRODUCT_BLOCK(4, 2)
+
+void linear_bf16(const uint16_t *x, const uint16_t *w, uint16_t *y, int64_t n, int64_t in, int64_t out,
+                 int threads) {
+    float *xf = malloc((size_t)(n * in) * sizeof *xf);
+    for (int64_t i = 0; i < n * in; i++) xf[i] = from_bf16(x[i]);
+    if (n == 1) {
+        const int64_t wide = out - out % 8;
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t j = 0; j < wide; j += 8) block_1x8(xf, w + j * in, y + j, in, out);
+        for (int64_t j = wide; j < out; j++) block_1x1(xf, w + j * in, y + j, in, out);
+    } else {
+        const int64_t pairs = out / 2;
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t p = 0; p <= pairs; p++) {
+            const int64_t j = 2 * p;
+            if (j >= out) continue;
+            int64_t r = 0;
+            if (j + 1 < out) {
+                for (; r + 4 <= n; r += 4) block_4x2(xf + r * in, w + j * in, y + r * out + j, in, out);
+                for (; r < n; r++) block_1x2(xf + r * in, w + j * in, y + r * out + j, in, out);
+            } else {
+                for (; r + 4 <= n; r += 4) block_4x1(xf + r * in, w + j * in, y + r * out + j, in, out);
+                for (; r < n; r++) block_1x1(xf + r * in, w + j * in, y + r * out + j, in, out);
+            }
+        }
+    }
+    free(xf);
 }
