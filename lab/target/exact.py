@@ -117,13 +117,14 @@ def step_seconds() -> Iterator[Seconds]:
 
 
 class KernelWeight:
-    """A bfloat16 weight [out, in] as csrc/exact_ops.c's `linear_bf16` reads it (torch's layout)."""
+    """A bfloat16 weight [out, in] as csrc/exact_ops.c's `linear_bf16` reads it: panels of 16
+    outputs, [ceil(out / 16), in, 16], the outputs past `out` zero."""
 
     def __init__(self, weight: torch.Tensor):
-        if weight.shape[1] % 8:
-            raise LabError(f"the exact engine's product needs input widths that are multiples of 8 (got "
-                           f"{weight.shape[1]}); use --dtype float32")
-        self.weight = weight.detach().to(torch.bfloat16).contiguous()
+        self.weight = weight.detach().to(torch.bfloat16)  # kept in torch's layout, for checks
+        self.out = weight.shape[0]
+        padded = torch.nn.functional.pad(self.weight, (0, 0, 0, -self.out % 16))
+        self.panels = padded.reshape(-1, 16, weight.shape[1]).transpose(1, 2).contiguous()
 
 
 def _pack(weight: torch.Tensor) -> torch.Tensor | KernelWeight:
@@ -142,10 +143,10 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor | KernelWeight) -> torch
     kernel; the lab's kernel computes each row on its own whatever the count."""
     if isinstance(packed, KernelWeight):
         x = x.to(torch.bfloat16).contiguous()
-        out = torch.empty(x.shape[0], packed.weight.shape[0], dtype=torch.bfloat16)
+        out = torch.empty(x.shape[0], packed.out, dtype=torch.bfloat16)
         ops()  # compiled on first use
-        _LIB.linear_bf16(x.data_ptr(), packed.weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
-                          packed.weight.shape[0], torch.get_num_threads())
+        _LIB.linear_bf16(x.data_ptr(), packed.panels.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
+                         packed.out, torch.get_num_threads())
         return out
     if MIN_ROWS <= x.shape[0] <= BLOCK_ROWS and x.is_contiguous():  # one call (ExactEngine's buffers)
         return _LINEAR(x, packed, None, "none", [], "")
@@ -162,7 +163,7 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor | KernelWeight) -> torch
 def fast_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """x -> x @ weight.T (+ bias) for drafters: a bfloat16 weight on a CPU packed once for
     `packed_linear` (torch's own bfloat16 products are slow without AMX), else `F.linear`."""
-    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or weight.shape[1] % 8:
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
         return lambda x: torch.nn.functional.linear(x, weight, bias)
     packed, bias = _pack(weight), None if bias is None else bias.detach()
 

@@ -387,21 +387,15 @@ void swiglu(const uint16_t *gate_up, uint16_t *out, int64_t n, int64_t inner, in
 }
 
 /* The products on CPUs where oneDNN has no bfloat16 kernels (lab/target/exact.py): y = x w^T with
- * x bfloat16 [n, in], w bfloat16 [out, in] (torch's layout), y bfloat16 [n, out], summed in float32.
- * Every y[r, j] is 8 lanes accumulated over k in increasing order, then the lanes folded in halves,
- * whichever block kernel computes it and however the outputs are split between threads, so a row's
- * result never depends on the other rows. The blocks only decide what is kept in registers: one
- * row against 8 outputs (one-row calls read each weight once, at the memory's rate), or 4 rows
- * against 2 outputs (each weight read serves 4 rows). in is a multiple of 8 (checked in Python). */
+ * x bfloat16 [n, in], y bfloat16 [n, out], summed in float32. w comes packed in panels of 16
+ * outputs, bfloat16 [ceil(out / 16)][in][16] (outputs past `out` zero), so that one panel is one
+ * contiguous stream. Every y[r, j] is one chain of multiply-adds over k in increasing order, from
+ * zero, whichever block kernel computes it and however the panels are split between threads, so a
+ * row's result never depends on the other rows. The blocks (1 to 6 rows against one panel) only
+ * decide how many rows share each weight read: up to 6 rows read a panel once. */
 typedef float f8 __attribute__((vector_size(32)));
 typedef uint16_t u16x8 __attribute__((vector_size(16)));
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
-
-static inline f8 load8(const float *src) {
-    f8 v;
-    memcpy(&v, src, sizeof v);
-    return v;
-}
 
 static inline f8 load_bf16x8(const uint16_t *src) {
     u16x8 h;
@@ -412,60 +406,50 @@ static inline f8 load_bf16x8(const uint16_t *src) {
     return f;
 }
 
-static inline float fold8(f8 v) {
-    float lane[8];
-    memcpy(lane, &v, sizeof lane);
-    for (int w = 4; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
-    return lane[0];
-}
+#define PANEL 16
+#define MAX_BLOCK_ROWS 6
 
-/* rows R x outputs J: x float32 rows (stride in), w bfloat16 rows (stride in), y bfloat16 (stride out) */
-#define PRODUCT_BLOCK(R, J)                                                                          \
-    static void block_##R##x##J(const float *x, const uint16_t *w, uint16_t *y, int64_t in, int64_t out) { \
-        f8 acc[R][J];                                                                                \
-        for (int r = 0; r < R; r++)                                                                  \
-            for (int j = 0; j < J; j++) acc[r][j] = (f8){0};                                         \
-        for (int64_t k = 0; k < in; k += 8) {                                                        \
-            f8 row[R];                                                                               \
-            for (int r = 0; r < R; r++) row[r] = load8(x + r * in + k);                              \
-            for (int j = 0; j < J; j++) {                                                            \
-                const f8 wj = load_bf16x8(w + j * in + k);                                           \
-                for (int r = 0; r < R; r++) acc[r][j] += row[r] * wj;                                \
-            }                                                                                        \
-        }                                                                                            \
-        for (int r = 0; r < R; r++)                                                                  \
-            for (int j = 0; j < J; j++) y[r * out + j] = to_bf16(fold8(acc[r][j]));                  \
+/* R rows of x (float32, stride in) against one panel; the first `cols` outputs into y (stride out) */
+#define PRODUCT_BLOCK(R)                                                                               \
+    static void block_##R(const float *x, const uint16_t *panel, uint16_t *y, int64_t in, int64_t out,  \
+                          int64_t cols) {                                                              \
+        f8 acc[R][2];                                                                                  \
+        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = (f8){0};                                   \
+        for (int64_t k = 0; k < in; k++) {                                                             \
+            const f8 low = load_bf16x8(panel + k * PANEL), high = load_bf16x8(panel + k * PANEL + 8);  \
+            for (int r = 0; r < R; r++) {                                                              \
+                const float xr = x[r * in + k];                                                        \
+                acc[r][0] += xr * low;                                                                 \
+                acc[r][1] += xr * high;                                                                \
+            }                                                                                          \
+        }                                                                                              \
+        for (int r = 0; r < R; r++) {                                                                  \
+            float lanes[PANEL];                                                                        \
+            memcpy(lanes, acc[r], sizeof lanes);                                                       \
+            for (int64_t c = 0; c < cols; c++) y[r * out + c] = to_bf16(lanes[c]);                     \
+        }                                                                                              \
     }
-PRODUCT_BLOCK(1, 1)
-PRODUCT_BLOCK(1, 8)
-PRODUCT_BLOCK(1, 2)
-PRODUCT_BLOCK(4, 1)
-PRODUCT_BLOCK(4, 2)
+PRODUCT_BLOCK(1)
+PRODUCT_BLOCK(2)
+PRODUCT_BLOCK(3)
+PRODUCT_BLOCK(4)
+PRODUCT_BLOCK(5)
+PRODUCT_BLOCK(6)
 
-void linear_bf16(const uint16_t *x, const uint16_t *w, uint16_t *y, int64_t n, int64_t in, int64_t out,
+typedef void (*product_block)(const float *, const uint16_t *, uint16_t *, int64_t, int64_t, int64_t);
+static const product_block BLOCKS[MAX_BLOCK_ROWS + 1] = {NULL, block_1, block_2, block_3, block_4, block_5, block_6};
+
+void linear_bf16(const uint16_t *x, const uint16_t *panels, uint16_t *y, int64_t n, int64_t in, int64_t out,
                  int threads) {
     float *xf = malloc((size_t)(n * in) * sizeof *xf);
     for (int64_t i = 0; i < n * in; i++) xf[i] = from_bf16(x[i]);
-    if (n == 1) {
-        const int64_t wide = out - out % 8;
+    const int64_t count = (out + PANEL - 1) / PANEL;
 #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t j = 0; j < wide; j += 8) block_1x8(xf, w + j * in, y + j, in, out);
-        for (int64_t j = wide; j < out; j++) block_1x1(xf, w + j * in, y + j, in, out);
-    } else {
-        const int64_t pairs = out / 2;
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t p = 0; p <= pairs; p++) {
-            const int64_t j = 2 * p;
-            if (j >= out) continue;
-            int64_t r = 0;
-            if (j + 1 < out) {
-                for (; r + 4 <= n; r += 4) block_4x2(xf + r * in, w + j * in, y + r * out + j, in, out);
-                for (; r < n; r++) block_1x2(xf + r * in, w + j * in, y + r * out + j, in, out);
-            } else {
-                for (; r + 4 <= n; r += 4) block_4x1(xf + r * in, w + j * in, y + r * out + j, in, out);
-                for (; r < n; r++) block_1x1(xf + r * in, w + j * in, y + r * out + j, in, out);
-            }
+    for (int64_t p = 0; p < count; p++) {
+        const int64_t cols = out - p * PANEL < PANEL ? out - p * PANEL : PANEL;
+        for (int64_t r = 0; r < n; r += MAX_BLOCK_ROWS) {
+            const int64_t rows = n - r < MAX_BLOCK_ROWS ? n - r : MAX_BLOCK_ROWS;
+            BLOCKS[rows](xf + r * in, panels + p * PANEL * in, y + r * out + p * PANEL, in, out, cols);
         }
     }
     free(xf);
