@@ -30,14 +30,10 @@ peers: setup
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_AVX512=ON" \
 		$(PY) -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36
 
-# AR, prompt lookup and EAGLE-2 on 4 MT-Bench prompts (exact bfloat16 engine, or float32 where the CPU lacks it).
-DEMO_ARGS := --methods ar,hf-pld,eagle2 --dataset mt_bench --limit 4 --max-new-tokens 64 \
-	--json demo/demo.json --figure demo/demo_speed.png
+# AR, prompt lookup and EAGLE-2 on 4 MT-Bench prompts, on the exact bfloat16 engine (its tree from this machine's tuning).
 demo: setup
-	@why=$$($(PY) -c "from lab.target.exact import bf16_support; print(bf16_support() or '')"); \
-	if [ -z "$$why" ]; then set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype bfloat16 --eagle-head eagle1-gpu; \
-	else echo "[demo] $$why: running the float32 reference path instead (its tree from this machine's tuning)"; \
-		set -x; $(PY) -m lab bench $(DEMO_ARGS) --dtype float32; fi
+	$(PY) -m lab bench --methods ar,pld,eagle2 --dataset mt_bench --limit 4 --max-new-tokens 64 \
+		--dtype bfloat16 --eagle-head eagle1-gpu --json demo/demo.json --figure demo/demo_speed.png
 
 # Line lengths, the whole suite, every chapter whole (instructor/) in fast mode, the student copies in sync.
 test: setup setup-browser

@@ -13,6 +13,7 @@ from typing import NoReturn
 from .artifacts import command_line, cpu_fingerprint, fingerprint_id, git_commit, machine, repo_path, write_json
 from .bench import (METHODS, drafting_line, format_breakdown, format_table, is_method, load_setup, make_drafter,
                     run_bench, verification_line)
+from .bench.batch import batch_sizes, format_batch_table, run_batch_bench
 from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
 from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive, tree_triple
 from .costmodel import choice_path, choice_row, quick_tune, tau_at_tree, tune, tuning_cache_path
@@ -120,8 +121,15 @@ def _bench(args: argparse.Namespace) -> None:
         raise LabError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)} "
                        "(and lookahead-N-W-G)")
     prompts = prompts_file(o.prompts, o.limit) if o.prompts else load_prompts(o.dataset, o.limit)
+    sizes = batch_sizes(o.batch_size)
+    if sizes != [1] and (o.figure or o.breakdown):
+        raise LabError("--batch-size prints its own table: drop --figure and --breakdown")
     setup = load_setup(o, methods)
     config = recorded(o)
+    if sizes != [1]:
+        result = run_batch_bench(methods, prompts, setup, config, o.draft_layers, sizes, o.json)
+        print(format_batch_table(result))
+        return
     if o.breakdown:  # measured before the run, so the floor's reading does not disturb it
         weights, read = parameter_bytes(setup.target), read_bandwidth()
         config["bandwidth_floor"] = {"weight_bytes": weights, "read_gb_s": read / 1e9, "ms": 1e3 * weights / read}

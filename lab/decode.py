@@ -1,20 +1,25 @@
 """The one decoding loop, propose -> score -> accept -> commit; every method is this loop with its own
 drafter (AR proposes nothing). Prefill scores the prompt without its last token; each cycle feeds
 [last token, drafts...] to the target in one forward, so every new token comes from a verification
-forward and tau = new tokens / verification forwards (prefill excluded) is exactly 1 for AR."""
+forward and tau = new tokens / verification forwards (prefill excluded) is exactly 1 for AR.
+
+The loop (`decode_steps`) hands each target forward it needs to its caller as a `Request` and
+resumes with the scores: `decode` scores them on one engine, and `decode_batch` scores the requests
+of several sequences in one batched forward of the exact engine, each sequence keeping its own
+cache, drafter, accepted length and stopping point."""
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Generator
 
 import numpy as np
 import torch
 
 from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
-from .target.engine import Engine
+from .target.engine import Engine, Request, Scored
 from .timing import Seconds
 from .trees import DraftTree
 from .verify.lossless import (
@@ -36,6 +41,7 @@ class DecodeResult:
     tokens: list[int] = field(default_factory=list)      # new tokens, up to and including EOS
     origins: list[str] = field(default_factory=list)     # per token: draft | corrected | bonus | target
     cycles: int = 0                                      # verification forwards of the target
+    scored_positions: int = 0                            # positions those forwards scored
     accepted_per_cycle: list[int] = field(default_factory=list)
     attempted_by_position: list[int] = field(default_factory=list)  # cycles whose drafts 1..i-1 all passed
     accepted_by_position: list[int] = field(default_factory=list)
@@ -158,10 +164,31 @@ def _features(scored, layers: tuple[int, ...], rows: list[int] | None = None) ->
     return out.clone() if rows is None else out[rows]
 
 
+Steps = Generator[Request, Scored, "Cycle | DecodeResult"]  # yields forwards, is sent their scores
+
+
+def _scored(spent: Seconds, request: Request, phase: str = "forward") -> Generator[Request, Scored, Scored]:
+    """Hand `request` to the caller and come back with its scores, the wait counted under `phase`."""
+    start = time.perf_counter()
+    scored = yield request
+    spent[phase] = spent.get(phase, 0.0) + time.perf_counter() - start
+    return scored
+
+
+def alone(target: Engine, steps: Steps):
+    """Run `steps` to its end, every forward it asks for scored by `target`; its return value."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(request.run(target))
+    except StopIteration as done:
+        return done.value
+
+
 def _chain_cycle(target: Engine, spent: Seconds, context: list[int], drafts: list[int], q: torch.Tensor | None,
-                 kernel: str, sampling: Sampling, rng: RandomStream, layers: tuple[int, ...], rule=None) -> Cycle:
-    scored = spent.call("forward", target.forward, [context[-1]] + drafts,
-                        hidden_layers=layers + (rule.layers if rule else ()))
+                 kernel: str, sampling: Sampling, rng: RandomStream, layers: tuple[int, ...], rule=None) -> Steps:
+    scored = yield from _scored(spent, Request([context[-1]] + drafts,
+                                               hidden_layers=layers + (rule.layers if rule else ())))
     logits, uniforms = scored.logits, None
     if rule is not None:  # a lossy acceptance rule (lab/verify/lossy.py): greedy, OR-ed with the target's argmax
         verdict = verify_chain_lossy(drafts, argmax_rows(logits), rule.accepts(drafts, logits, scored.hidden))
@@ -176,9 +203,9 @@ def _chain_cycle(target: Engine, spent: Seconds, context: list[int], drafts: lis
 
 
 def _tree_cycle(target: Engine, spent: Seconds, context: list[int], tree: DraftTree, kernel: str,
-                sampling: Sampling, rng: RandomStream, layers: tuple[int, ...]) -> Cycle:
-    scored = spent.call("forward", target.forward, tree.tokens, mask=tree.ancestor_mask(),
-                        positions=tree.positions(len(context) - 1), hidden_layers=layers)
+                sampling: Sampling, rng: RandomStream, layers: tuple[int, ...]) -> Steps:
+    scored = yield from _scored(spent, Request(tree.tokens, tree.ancestor_mask(), tree.positions(len(context) - 1),
+                                               layers))
     # the candidates come first, so the verified tree is a prefix of the scored one, with the same indices
     m = len(tree) if tree.candidates is None else tree.candidates
     verified = tree if m == len(tree) else DraftTree(tree.tokens[:m], tree.parents[:m])
@@ -202,6 +229,55 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     `draft_len` tokens a cycle, verified by `kernel` (`resolve_kernel`) or, given a lossy `rule`,
     greedily with it as a second way in (chains only). `on_tokens(tokens, origins)` sees each cycle's
     new tokens, `on_cycle(context, proposal, cycle, tokens, origins)` also how it was scored."""
+    return alone(target, decode_steps(target, drafter, prompt, max_new_tokens, sampling, draft_len, seed, eos_id,
+                                      on_tokens, kernel, rule, on_cycle))
+
+
+def decode_batch(targets: list, drafters: list, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling,
+                 draft_len: int, seeds: list[int], eos_id: int | None, kernel: str | None = None
+                 ) -> list[DecodeResult]:
+    """`decode` of several prompts at once on the exact engine: each prompt has its own engine
+    (`targets`, one model), drafter and random stream (its seed in `seeds`). Every round
+    scores one forward request of each unfinished sequence in one batched forward
+    (`lab.target.exact.forward_batch`), so a sequence leaves the batch when it stops. Each result's
+    `seconds` runs from the batch's start to that sequence's last token; its phase seconds count
+    the batch's shared forwards whole."""
+    from .target.exact import ExactEngine, forward_batch
+    if not all(isinstance(t, ExactEngine) for t in targets):
+        raise LabError("batched decoding runs on the exact bfloat16 engine: use --dtype bfloat16")
+    if not (len(targets) == len(drafters) == len(prompts) == len(seeds)):
+        raise ValueError("decode_batch takes one engine, one drafter and one seed per prompt")
+    start = time.perf_counter()
+    steps = [decode_steps(t, d, p, max_new_tokens, sampling, draft_len, seed, eos_id, kernel=kernel)
+             for t, d, p, seed in zip(targets, drafters, prompts, seeds)]
+    results: dict[int, DecodeResult] = {}
+    pending: dict[int, Request] = {}
+
+    def resume(i: int, scored: Scored | None) -> None:
+        try:
+            pending[i] = next(steps[i]) if scored is None else steps[i].send(scored)
+        except StopIteration as done:
+            pending.pop(i, None)
+            results[i] = done.value
+            results[i].seconds = time.perf_counter() - start
+
+    for i in range(len(steps)):
+        resume(i, None)
+    while pending:
+        live = list(pending)
+        for i, scored in zip(live, forward_batch([targets[i] for i in live], [pending[i] for i in live])):
+            resume(i, scored)
+    return [results[i] for i in range(len(steps))]
+
+
+def decode_steps(target: Engine, drafter, prompt: list[int], max_new_tokens: int, sampling: Sampling,
+                 draft_len: int, seed: int, eos_id: int | None,
+                 on_tokens: Callable[[list[int], list[str]], None] | None = None,
+                 kernel: str | None = None, rule=None,
+                 on_cycle: Callable[[list[int], DraftTree | tuple, Cycle, list[int], list[str]], None] | None = None
+                 ) -> Steps:
+    """`decode` as steps: yields each target forward as a `Request`, is sent its `Scored`, and
+    returns the `DecodeResult`. `target` is used to crop and compact the cache only."""
     if not prompt:
         raise ValueError("empty prompt: give at least one token")
     if rule is not None and not sampling.greedy:
@@ -216,20 +292,21 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
 
     spent = Seconds()  # by phase
     if len(prompt) > 1:
-        scored = spent.call("prefill", target.forward, prompt[:-1], hidden_layers=layers, last_only=True)
+        scored = yield from _scored(spent, Request(prompt[:-1], hidden_layers=layers, last_only=True), "prefill")
         spent.call("commit", drafter.commit, prompt, _features(scored, layers))
     context = list(prompt)
     while len(result.tokens) < max_new_tokens:
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
         proposal = spent.call("propose", drafter.propose, context, k, sampling, rng)
+        scoring = time.perf_counter()
         if isinstance(proposal, DraftTree):
             if rule is not None:
                 raise LabError(f"{rule.name} verification takes chains of drafts, not trees: use a chain drafter")
-            cycle = spent.call("score", _tree_cycle, target, spent, context, proposal, kernel, sampling, rng, layers)
+            cycle = yield from _tree_cycle(target, spent, context, proposal, kernel, sampling, rng, layers)
         else:
-            cycle = spent.call("score", _chain_cycle, target, spent, context, *proposal, kernel, sampling, rng,
-                               layers, rule)
+            cycle = yield from _chain_cycle(target, spent, context, *proposal, kernel, sampling, rng, layers, rule)
+        spent["score"] = spent.get("score", 0.0) + time.perf_counter() - scoring
         n = cycle.n_accepted
         gaps = []
         if sampling.greedy:  # kept to tell numerical ties from bugs when outputs differ
@@ -246,6 +323,7 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
         result.origins += origins
         result.top2_gaps += gaps[: len(emitted)]
         result.cycles += 1
+        result.scored_positions += len(cycle.logits)
         # drafts accepted after EOS (or past max_new_tokens) are not text: count only emitted ones
         kept = origins.count("draft")
         result.accepted_per_cycle.append(kept)

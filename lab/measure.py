@@ -9,7 +9,8 @@ import torch
 from transformers import DynamicCache
 
 from .sampling import probabilities
-from .target.exact import ExactEngine, step_seconds
+from .target.engine import Request
+from .target.exact import ExactEngine, forward_batch, step_seconds
 from .target.load import engine_for
 from .theory import acceptance_rate
 from .timing import fastest
@@ -182,6 +183,28 @@ def draft_alpha(target: torch.nn.Module, draft: torch.nn.Module, sequences, samp
 
 
 @torch.inference_mode()
+def exact_batch_latency(model: torch.nn.Module, batches: list[int], ns: list[int], prefix: int = 200,
+                        repeats: int = 5, seed: int = 0) -> dict[tuple[int, int], float]:
+    """T(batch, n) as `batch_forward_latency` gives it, for the exact engine's batched forward
+    (`lab.target.exact.forward_batch`): `batch` engines, each with its own cached `prefix` tokens."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    out = {}
+    for b in batches:
+        engines = [ExactEngine(model) for _ in range(b)]
+        for engine in engines:
+            engine.forward(torch.randint(0, vocab, (prefix,), generator=g).tolist(), logits=False)
+        for n in ns:
+            requests = [Request(torch.randint(0, vocab, (n,), generator=g).tolist()) for _ in range(b)]
+
+            def step() -> None:
+                forward_batch(engines, requests)
+                for engine in engines:
+                    engine.crop(prefix)
+            out[(b, n)] = fastest({0: step}, repeats)[0]
+    return out
+
+
 def batch_forward_latency(model: torch.nn.Module, batches: list[int], ns: list[int], prefix: int = 200,
                           repeats: int = 5, seed: int = 0) -> dict[tuple[int, int], float]:
     """T(batch, n), keyed (batch, n): seconds (fastest of `repeats`) of one transformers forward over

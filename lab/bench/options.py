@@ -90,6 +90,9 @@ class BenchOptions(DecodeOptions):
     breakdown: bool = opt(False, "also print where each cycle's time goes (ms: drafting, the target's forward, "
                                  "acceptance and cache update, commit, the loop's own) beside the bandwidth floor "
                                  "(the target's weights at this machine's measured read bandwidth)")
+    batch_size: str = opt("1", "comma-separated batch sizes, e.g. 1,2,4,8,16: other than 1, each method decodes "
+                               "groups of b prompts at once on the exact engine, against batched ar at the same b "
+                               "(lab/bench/batch.py)")
 
 
 @dataclass

@@ -17,6 +17,23 @@ class Scored:
     hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [n, H]
 
 
+@dataclass
+class Request:
+    """One sequence's forward, as `Engine.forward`'s arguments of the same names; a batched forward
+    (`lab.target.exact.forward_batch`) takes one per sequence."""
+    tokens: list[int] | torch.Tensor | None
+    mask: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+    hidden_layers: tuple[int, ...] = ()
+    last_only: bool = False
+    embeds: torch.Tensor | None = None
+
+    def run(self, engine) -> Scored:
+        """This forward on one engine alone."""
+        return engine.forward(self.tokens, mask=self.mask, positions=self.positions,
+                              hidden_layers=self.hidden_layers, last_only=self.last_only, embeds=self.embeds)
+
+
 def allowed_keys(mask: torch.Tensor | None, n: int, cached: int) -> torch.Tensor:
     """bool [n, cached + n]: the keys each new position may see, from a forward's `mask`: None (a
     causal chain), [n, n] (among the new ones, prefix visible) or [n, cached + n], else ValueError."""

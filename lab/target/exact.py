@@ -25,7 +25,7 @@ from ..artifacts import cpu_flags
 from ..errors import LabError
 from ..paths import CACHE_DIR
 from ..timing import Seconds
-from .engine import Scored, allowed_keys
+from .engine import Request, Scored, allowed_keys
 
 # Rows per packed-linear call: oneDNN may take another kernel for one row, 2..32 rows gave identical
 # rows on every shape checked (tests/test_exact.py checks), and fewer than 4 rows are no faster.
@@ -272,63 +272,93 @@ class ExactEngine:
                 self.values[:, :, start + offset] = self.values[:, :, start + node]
         self.length = start + len(indices)
 
-    @torch.inference_mode()
     def forward(self, tokens: list[int] | torch.Tensor | None, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
                 last_only: bool = False, embeds: torch.Tensor | None = None, logits: bool = True) -> Scored:
         """As `Engine.forward`."""
-        w, lib, threads = self.w, ops(), torch.get_num_threads()
-        if embeds is None:
-            x = w.embed[torch.as_tensor(tokens, dtype=torch.long).reshape(-1)].to(torch.float32, copy=True)
+        return forward_batch([self], [Request(tokens, mask, positions, hidden_layers, last_only, embeds)], logits)[0]
+
+
+@torch.inference_mode()
+def forward_batch(engines: list[ExactEngine], requests: list[Request], logits: bool = True) -> list[Scored]:
+    """One forward of the target over several sequences, each with its own engine (KV cache) and its
+    own `Request`: the rows of all requests go through the linears, norms and SwiGLU together, and
+    each sequence's rows attend over its own cache. Since every step computes a row on its own, each
+    sequence gets the same bits as its own `forward` would give it. The requests ask for the same
+    hidden layers (one drafter kind per batch); `last_only` may differ (a prompt's prefill beside
+    another sequence's cycle)."""
+    if not engines or len(engines) != len(requests) or len({id(e) for e in engines}) != len(engines):
+        raise ValueError("forward_batch takes one request for each of several distinct engines")
+    w, lib, threads = engines[0].w, ops(), torch.get_num_threads()
+    if any(e.w is not w for e in engines):
+        raise ValueError("forward_batch takes engines of one model")
+    hidden_layers = requests[0].hidden_layers
+    if any(r.hidden_layers != hidden_layers for r in requests):
+        raise ValueError("forward_batch takes requests for the same hidden layers")
+    xs, allowed, angles, spans = [], [], [], []
+    for engine, r in zip(engines, requests):
+        if r.embeds is None:
+            xs.append(w.embed[torch.as_tensor(r.tokens, dtype=torch.long).reshape(-1)].to(torch.float32))
         else:
-            x = embeds.reshape(-1, w.embed.shape[1]).to(torch.float32, copy=True).contiguous()  # updated in place
-        n, width = x.shape
-        start = self.length
-        allowed = allowed_keys(mask, n, start).to(torch.uint8).contiguous()
-        if positions is None:
-            positions = torch.arange(start, start + n)
-        if start + n > self.capacity:
-            self._allocate(max(2 * self.capacity, start + n))
-        angles = positions.reshape(-1, 1).float() * w.inv_freq
-        cos, sin = torch.cat([angles.cos()] * 2, -1).contiguous(), torch.cat([angles.sin()] * 2, -1).contiguous()
-        hq, hkv, d = w.heads, w.kv_heads, w.head_dim
-        # the linears' inputs have at least w.min_rows rows, the rows past n zero (packed_linear
-        # would pad each call otherwise); the C operations read and write the first n rows only
-        rows = max(n, w.min_rows)
-        normed = torch.zeros(rows, width, dtype=torch.bfloat16)
-        q = torch.empty(n, hq, d)
-        attended = torch.zeros(rows, hq * d, dtype=torch.bfloat16)
-        act = torch.zeros(rows, w.inner, dtype=torch.bfloat16)
-        hidden, delta = {}, None
-        x_ptr, normed_ptr, act_ptr, cos_ptr, sin_ptr, q_ptr, allowed_ptr, attended_ptr = (
-            t.data_ptr() for t in (x, normed, act, cos, sin, q, allowed, attended))
-        for i, layer in enumerate(w.layers):
-            lib.add_norm(x_ptr, _ptr(delta), layer.norm1.data_ptr(), w.eps, normed_ptr, n, width, threads)
-            if i in hidden_layers:
-                hidden[i] = x.to(torch.bfloat16)
-            qkv = packed_linear(normed, layer.qkv)
-            keys, values = self._cache_ptrs[i]
-            lib.rope_into_cache(qkv.data_ptr(), cos_ptr, sin_ptr, q_ptr, keys, values, n, hq, hkv, d, self.capacity,
-                                start, threads)
-            lib.tree_attention(q_ptr, keys, values, allowed_ptr, attended_ptr, n, hq, hkv, d, self.capacity, start + n,
-                               self.scale, threads)
-            out = packed_linear(attended, layer.o)
-            lib.add_norm(x_ptr, out.data_ptr(), layer.norm2.data_ptr(), w.eps, normed_ptr, n, width, threads)
-            gate_up = packed_linear(normed, layer.gate_up)
-            lib.swiglu(gate_up.data_ptr(), act_ptr, n, w.inner, threads)
-            delta = packed_linear(act, layer.down)
-        lib.add_norm(x_ptr, _ptr(delta), _ptr(w.norm), w.eps, normed_ptr, n, width, threads)
-        if len(w.layers) in hidden_layers:
-            hidden[len(w.layers)] = normed[:n]
-        self.length += n
-        self.forwards += 1
-        if not logits:
-            return Scored(None, hidden)
-        if last_only:  # the last row, scored in a block of w.min_rows rows
-            first = max(n - w.min_rows, 0)
-            return Scored(packed_linear(normed[first: first + w.min_rows], w.lm_head)[n - 1 - first: n - first].float(),
-                          hidden)
-        return Scored(packed_linear(normed, w.lm_head)[:n].float(), hidden)
+            xs.append(r.embeds.reshape(-1, w.embed.shape[1]).to(torch.float32))
+        n, start = xs[-1].shape[0], engine.length
+        allowed.append(allowed_keys(r.mask, n, start).to(torch.uint8).contiguous())
+        positions = torch.arange(start, start + n) if r.positions is None else r.positions
+        angles.append(positions.reshape(-1, 1).float() * w.inv_freq)
+        if start + n > engine.capacity:
+            engine._allocate(max(2 * engine.capacity, start + n))
+        first = spans[-1][1] if spans else 0
+        spans.append((first, first + n))
+    x = torch.cat(xs).contiguous()  # the residual stream, updated in place
+    n, width = x.shape
+    angle = torch.cat(angles)
+    cos, sin = torch.cat([angle.cos()] * 2, -1).contiguous(), torch.cat([angle.sin()] * 2, -1).contiguous()
+    hq, hkv, d = w.heads, w.kv_heads, w.head_dim
+    # the linears' inputs have at least w.min_rows rows, the rows past n zero (packed_linear
+    # would pad each call otherwise); the C operations read and write the first n rows only
+    rows = max(n, w.min_rows)
+    normed = torch.zeros(rows, width, dtype=torch.bfloat16)
+    q = torch.empty(n, hq, d)
+    attended = torch.zeros(rows, hq * d, dtype=torch.bfloat16)
+    act = torch.zeros(rows, w.inner, dtype=torch.bfloat16)
+    hidden, delta = {}, None
+    x_ptr, normed_ptr, act_ptr = x.data_ptr(), normed.data_ptr(), act.data_ptr()
+    # each sequence's rows of q, cos, sin, the qkv rows and the attention output, as pointers
+    qkv_width = (hq + 2 * hkv) * d
+    row_ptrs = [(q[a].data_ptr(), cos[a].data_ptr(), sin[a].data_ptr(), attended[a].data_ptr(), a, b - a, m.data_ptr())
+                for (a, b), m in zip(spans, allowed)]
+    for i, layer in enumerate(w.layers):
+        lib.add_norm(x_ptr, _ptr(delta), layer.norm1.data_ptr(), w.eps, normed_ptr, n, width, threads)
+        if i in hidden_layers:
+            hidden[i] = x.to(torch.bfloat16)
+        qkv = packed_linear(normed, layer.qkv)
+        for engine, (q_ptr, cos_ptr, sin_ptr, out_ptr, a, rows_a, allowed_ptr) in zip(engines, row_ptrs):
+            keys, values = engine._cache_ptrs[i]
+            start = engine.length
+            lib.rope_into_cache(qkv.data_ptr() + a * qkv_width * 2, cos_ptr, sin_ptr, q_ptr, keys, values, rows_a,
+                                hq, hkv, d, engine.capacity, start, threads)
+            lib.tree_attention(q_ptr, keys, values, allowed_ptr, out_ptr, rows_a, hq, hkv, d, engine.capacity,
+                               start + rows_a, engine.scale, threads)
+        out = packed_linear(attended, layer.o)
+        lib.add_norm(x_ptr, out.data_ptr(), layer.norm2.data_ptr(), w.eps, normed_ptr, n, width, threads)
+        gate_up = packed_linear(normed, layer.gate_up)
+        lib.swiglu(gate_up.data_ptr(), act_ptr, n, w.inner, threads)
+        delta = packed_linear(act, layer.down)
+    lib.add_norm(x_ptr, _ptr(delta), _ptr(w.norm), w.eps, normed_ptr, n, width, threads)
+    if len(w.layers) in hidden_layers:
+        hidden[len(w.layers)] = normed[:n]
+    for engine, (a, b) in zip(engines, spans):
+        engine.length += b - a
+        engine.forwards += 1
+    if not logits:
+        scores = [None] * len(spans)
+    else:  # the rows each request wants (its last one, or all), in one block of at least w.min_rows rows
+        wanted = [range(b - 1, b) if r.last_only else range(a, b) for r, (a, b) in zip(requests, spans)]
+        picked = [row for span in wanted for row in span]
+        every = packed_linear(normed[picked + picked[-1:] * (w.min_rows - len(picked))], w.lm_head).float()
+        ends = torch.tensor([len(span) for span in wanted]).cumsum(0).tolist()
+        scores = [every[end - len(span): end] for span, end in zip(wanted, ends)]
+    return [Scored(score, {i: h[a:b] for i, h in hidden.items()}) for score, (a, b) in zip(scores, spans)]
 
 
 def _ptr(tensor: torch.Tensor | None) -> int | None:
