@@ -20,6 +20,7 @@ import torch
 from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
 from .target.engine import Engine, Request, Scored
+from .target.exact import ExactEngine, forward_batch
 from .timing import Seconds
 from .trees import DraftTree
 from .verify.lossless import (
@@ -242,7 +243,6 @@ def decode_batch(targets: list, drafters: list, prompts: list[list[int]], max_ne
     (`lab.target.exact.forward_batch`), so a sequence leaves the batch when it stops. Each result's
     `seconds` runs from the batch's start to that sequence's last token; its phase seconds count
     the batch's shared forwards whole."""
-    from .target.exact import ExactEngine, forward_batch
     if not all(isinstance(t, ExactEngine) for t in targets):
         raise LabError("batched decoding runs on the exact bfloat16 engine: use --dtype bfloat16")
     if not (len(targets) == len(drafters) == len(prompts) == len(seeds)):

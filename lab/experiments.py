@@ -222,6 +222,10 @@ EXPERIMENTS: dict[str, Experiment] = {
                EAGLE3_BENCH.replace("--temperature 0", f"--temperature {t}"))
         for dtype in ("bfloat16", "float32") for t in (0, 1)
         for name, dataset in (("bench_draftless", "mt_bench"), ("bench_draftless_humaneval", "humaneval")))),
+    "batch-size": Experiment("AR, two-model SD and EAGLE-2 decoding 16 MT-Bench prompts in batches of 1 to 16 on the "
+                             "exact engine, beside the cost model's prediction (notebook 08)", 15, (
+        _bench("bench_batch", "--methods ar,sd,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu --batch-size 1,2,4,8,16",
+               BENCH.replace("--limit 10", "--limit 16")),)),
     "float32-tuned": Experiment("the float32 path with the tree this machine's tuning picks (AR where no tree "
                                 "pays): AR, EAGLE-1 and EAGLE-2 in three runs", 20, tuple(
         _bench(f"bench_float32_tuned_{run}", "--methods ar,eagle1,eagle2 --dtype float32") for run in (1, 2, 3))),

@@ -13,7 +13,7 @@ from test_cli import lab as run_lab
 from test_exact import _always_take_the_first_child, _target_pairs
 from test_verify import chi2_pvalue
 
-import lab.target.exact
+import lab.decode
 from lab.decode import decode, decode_batch
 from lab.drafters import ModelDraft, NoDraft, TreeModelDraft
 from lab.errors import LabError
@@ -75,7 +75,7 @@ def test_one_batched_target_forward_serves_every_unfinished_sequence(model, monk
         if engines[0].model is model:  # the target's forwards, not the sd draft's own
             calls.append(len(engines))
         return forward_batch(engines, requests, logits)
-    monkeypatch.setattr(lab.target.exact, "forward_batch", counted)
+    monkeypatch.setattr(lab.decode, "forward_batch", counted)
     results = together(model, "sd", PROMPTS, Sampling(), [0] * 5, eos)
     rounds = [r.cycles + (len(p) > 1) for r, p in zip(results, PROMPTS)]  # a one-token prompt has no prefill
     assert len(calls) == max(rounds) and sum(calls) == sum(rounds)
@@ -96,7 +96,6 @@ def test_sampling_in_a_batch_keeps_the_target_distribution(model, monkeypatch):
     """At T = 1 (top-k 6, to keep the cells few) the first two tokens of tree decoding, three
     sequences a batch, follow the target's own distribution; a verification that always walks
     down the first child does not."""
-    import lab.decode
     prompt, sampling = [17, 4000, 250], Sampling(1.0, top_k=6)
     expected = _target_pairs(model, prompt, sampling)
     cells = sorted(expected)

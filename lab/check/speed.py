@@ -1,7 +1,8 @@
-"""Checks for notebook 08's exercises: the share of τ a method keeps as speed-up, and the speed-up the
-batch cost model predicts. Each compares the student's values with a reference computed here
-independently, on seeded random cases and on the edge cases the classic bugs live in, and raises
-`ExerciseError` saying what went wrong and where to look."""
+"""Checks for notebook 08's exercises: the share of τ a method keeps as speed-up, the speed-up the
+batch cost model predicts, and the batch size where speculation stops paying. Each compares the
+student's values with a reference computed here independently, on seeded random cases and on the
+edge cases the classic bugs live in, and raises `ExerciseError` saying what went wrong and where to
+look."""
 from __future__ import annotations
 
 import copy
@@ -166,3 +167,37 @@ def check_batch_speedup(fn: Callable, cases: int = 200, seed: int = 0) -> None:
                                         f"at batch {b} the reference gives {w:.4f}x, you gave {float(got[b]):.4f}x")
     print(f"predicted_batch_speedup: right at every batch size on {cases} random machines under both drafting "
           "assumptions, and the edge cases (no drafting cost, an unknown scaling)")
+
+
+# ---- (c) the first batch size where speculation is slower than AR ---------------------------------
+
+def _first_slower_reference(speedups: dict) -> int | None:
+    return min((b for b, s in speedups.items() if s < 1.0), default=None)
+
+
+def check_first_slower_batch(fn: Callable, cases: int = 300, seed: int = 0) -> None:
+    """`fn(speedups)` with speedups {b: speed-up over AR at batch b}, in any order: the smallest b
+    whose speed-up is below 1, or None."""
+    edges = [
+        ({4: 0.9, 1: 1.3, 2: 1.1, 8: 0.7}, "the dict is not sorted by b: the smallest b below 1 is 4, not the first "
+                                             "one you met"),
+        ({1: 1.2, 2: 1.0, 4: 0.8}, "a speed-up of exactly 1 is not slower than AR: compare with < 1, not <= 1"),
+        ({1: 1.4, 2: 1.2, 4: 1.05}, "no batch size is slower here: return None"),
+        ({1: 1.1, 2: 0.9, 4: 1.02, 8: 0.8}, "a curve may cross back above 1 (measurements are noisy): return the "
+                                             "first b below 1, here 2"),
+        ({1: 1.3, 2: 1.1, 4: 0.95}, "return the first batch size below 1 (4), not the last one at or above 1 (2) "
+                                     "nor its speed-up"),
+    ]
+    rng = np.random.default_rng(seed)
+    for case in range(cases):
+        sizes = [int(b) for b in rng.choice([1, 2, 3, 4, 6, 8, 12, 16, 24, 32], size=int(rng.integers(1, 8)),
+                                            replace=False)]
+        edges.append(({b: float(rng.uniform(0.5, 1.6)) for b in sizes}, "compare with the smallest b whose speed-up "
+                                                                          "is below 1"))
+    for speedups, why in edges:
+        want, got = _first_slower_reference(speedups), fn(dict(speedups))
+        if got != want:
+            shown = ", ".join(f"{b}: {s:.2f}" for b, s in speedups.items())
+            raise ExerciseError(f"for {{{shown}}} the answer is {want}, you gave {got!r}; {why}")
+    print(f"first_slower_batch: right on {len(edges) - cases} edge cases (unordered sizes, a speed-up of exactly 1, "
+          f"no crossing, a curve that crosses back) and {cases} random curves")
