@@ -1,8 +1,9 @@
 """Batched decoding (lab.decode.decode_batch on lab.target.exact.forward_batch): every sequence of a
 batch gets exactly its own single-sequence output, greedy and sampled with its own seed; one batched
 target forward per round serves every unfinished sequence; sampling in a batch keeps the target's
-distribution, and a broken verification fails the same check; `bench --batch-size` runs and refuses
-what it cannot do in one line."""
+distribution, and a broken verification fails the same check (since a batch of one is `decode`
+token for token, this is also the exact engine's sampling check); `bench --batch-size` runs and
+refuses what it cannot do in one line."""
 import json
 from collections import Counter
 
@@ -10,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 from test_cli import lab as run_lab
-from test_exact import _always_take_the_first_child, _target_pairs
 from test_verify import chi2_pvalue
 
 import lab.decode
@@ -20,7 +20,8 @@ from lab.errors import LabError
 from lab.sampling import Sampling
 from lab.target.engine import Engine, Request
 from lab.target.exact import ExactEngine, forward_batch
-from lab.target.load import make_draft, tiny_target
+from lab.target.load import engine_for, make_draft, tiny_target
+from lab.verify.lossless import children_of
 
 PROMPTS = [[5, 900, 31, 77], [1200], [8, 8, 8, 8, 8, 8, 8, 8, 8, 41, 3], [4000, 12], [7, 300, 5000, 22, 9, 1]]
 
@@ -80,6 +81,30 @@ def test_one_batched_target_forward_serves_every_unfinished_sequence(model, monk
     rounds = [r.cycles + (len(p) > 1) for r, p in zip(results, PROMPTS)]  # a one-token prompt has no prefill
     assert len(calls) == max(rounds) and sum(calls) == sum(rounds)
     assert calls == sorted(calls, reverse=True) and calls[0] == len(PROMPTS) and calls[-1] < len(PROMPTS)
+
+
+def _target_pairs(model, prompt, sampling):
+    """The target's exact distribution of the first two tokens: {(a, b): p(a) p(b | a)}."""
+    from lab.sampling import probabilities
+    engine = engine_for(model)
+    engine.forward(prompt[:-1])
+    first = probabilities(engine.forward(prompt[-1:]).logits, sampling)[0]
+    out = {}
+    for a in first.nonzero().flatten().tolist():
+        engine.crop(len(prompt))
+        second = probabilities(engine.forward([a]).logits, sampling)[0]
+        for b in second.nonzero().flatten().tolist():
+            out[(a, b)] = float(first[a] * second[b])
+    return out
+
+
+def _always_take_the_first_child(tokens, parents, p, uniforms, noise):
+    """Broken verification: walks down the first child of every node without checking it."""
+    from lab.verify.lossless import TreeResult
+    children, path = children_of(parents), [0]
+    while children[path[-1]]:
+        path.append(children[path[-1]][0])
+    return TreeResult(path, [tokens[i] for i in path[1:]] + [int(torch.multinomial(p[path[-1]], 1))])
 
 
 def _first_two_in_batches(model, prompt, sampling, batches: int, size: int = 3) -> Counter:

@@ -82,7 +82,7 @@ def test_the_exact_engine_scores_real_trees_as_ar(target_bf16):
 @pytest.mark.slow
 def test_transformers_bfloat16_fails_the_same_check(target_bf16):
     """The broken variant: transformers' bfloat16 forward, checked the same way, differs."""
-    assert check_trees(target_bf16, trials=4, max_nodes=64, max_prefix=200, seed=1, make=Engine) != []
+    assert check_trees(target_bf16, trials=2, max_nodes=64, max_prefix=200, seed=1, make=Engine) != []
 
 
 def _logit_gap(engine_logits: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
@@ -203,58 +203,3 @@ def test_the_lab_kernel_scores_tiny_trees_as_ar(monkeypatch):
     model = tiny_target(3).to(torch.bfloat16)
     assert all(isinstance(layer.qkv, KernelWeight) for layer in lab.target.exact.PackedLlama.of(model).layers)
     assert check_trees(model, trials=8, max_nodes=48, max_prefix=200, seed=5) == []
-
-
-def _first_two(model, drafter, prompt, sampling, n):
-    """Counts of the first two sampled tokens over n seeds (each a fresh decode)."""
-    engine = engine_for(model)
-    return Counter(tuple(decode(engine, drafter, prompt, 2, sampling, 2, seed, eos_id=None).tokens)
-                   for seed in range(n))
-
-
-def _target_pairs(model, prompt, sampling):
-    """The target's exact distribution of the first two tokens: {(a, b): p(a) p(b | a)}."""
-    from lab.sampling import probabilities
-    engine = engine_for(model)
-    engine.forward(prompt[:-1])
-    first = probabilities(engine.forward(prompt[-1:]).logits, sampling)[0]
-    out = {}
-    for a in first.nonzero().flatten().tolist():
-        engine.crop(len(prompt))
-        second = probabilities(engine.forward([a]).logits, sampling)[0]
-        for b in second.nonzero().flatten().tolist():
-            out[(a, b)] = float(first[a] * second[b])
-    return out
-
-
-def _always_take_the_first_child(tokens, parents, p, uniforms, noise):
-    """Broken verification: walks down the first child of every node without checking it."""
-    from lab.verify.lossless import TreeResult
-    children, path = children_of(parents), [0]
-    while children[path[-1]]:
-        path.append(children[path[-1]][0])
-    return TreeResult(path, [tokens[i] for i in path[1:]] + [int(torch.multinomial(p[path[-1]], 1))])
-
-
-@pytest.mark.slow
-def test_sampled_tree_decoding_in_bfloat16_keeps_the_target_distribution(tokenizer, monkeypatch):
-    """At temperature 1 (top-k 6 to keep the cells few), the first two tokens of tree decoding
-    on the exact engine follow the target's own distribution; broken verification does not."""
-    from test_verify import chi2_pvalue
-
-    import lab.decode
-    model = tiny_target(4).to(torch.bfloat16)
-    drafter = TreeModelDraft(make_draft(model, 1), depth=2, top_k=2, total_tokens=5)
-    prompt = tokenizer("Sampling must not change", add_special_tokens=False).input_ids
-    sampling = Sampling(1.0, top_k=6)
-    expected = _target_pairs(model, prompt, sampling)
-    cells = sorted(expected)
-
-    def pvalue(counts):
-        if set(counts) - set(expected):
-            return 0.0
-        return chi2_pvalue(np.array([counts.get(c, 0) for c in cells]), [expected[c] for c in cells])
-
-    assert pvalue(_first_two(model, drafter, prompt, sampling, 1500)) > 1e-3
-    monkeypatch.setattr(lab.decode, "verify_tree", _always_take_the_first_child)
-    assert pvalue(_first_two(model, drafter, prompt, sampling, 1500)) < 1e-6
