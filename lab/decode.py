@@ -176,7 +176,7 @@ def _scored(spent: Seconds, request: Request, phase: str = "forward") -> Generat
     return scored
 
 
-def alone(target: Engine, steps: Steps):
+def alone(target: Engine, steps: Steps) -> "Cycle | DecodeResult":
     """Run `steps` to its end, every forward it asks for scored by `target`; its return value."""
     try:
         request = next(steps)
