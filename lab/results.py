@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .artifacts import atomic_write, ignored_by_git, repo_path
 from .bench import format_table, head_file, verification_line
-from .bench.batch import format_batch_table
+from .bench.batch import batch_headline, format_batch_table
 from .bench.endtoend import format_end_to_end
 from .costmodel import choice_row
 from .errors import LabError
@@ -220,17 +220,6 @@ def _headline_eagle3(result: dict) -> str:
             f"{better} accepts more per cycle here")
 
 
-def _headline_batch(result: dict) -> str:
-    batched, sizes = result["batched"], result["config"]["batch_sizes"]
-    ar, eagle2, first, last = batched["ar"], batched["eagle2"], str(min(sizes)), str(max(sizes))
-    same = all(s["identical_to_ar"] for by_size in batched.values() for s in by_size.values())
-    return (f"{len(ar[first]['latency_s'])} prompts in batches of {', '.join(map(str, sizes))}"
-            f"{', every sequence identical to its own AR decoding' if same else ''}: batched `ar` reaches "
-            f"{ar[last]['tokens_per_s'] / ar[first]['tokens_per_s']:.2f}x its b = {first} throughput at b = {last}; "
-            f"`eagle2` {eagle2[first]['speedup_over_ar']:.2f}x batched `ar` at b = {first}, slower from b = "
-            f"{result['crossing_batch_size']['eagle2']}")
-
-
 # The README's headline table: (what, the notebook that explains it, result file, its sentence).
 EXACT_BENCH, EXACT_PEERS = RESULTS_DIR / "bench_exact_bf16.json", RESULTS_DIR / "bench_exact_bf16_llamacpp.json"
 HEADLINES = (
@@ -238,7 +227,7 @@ HEADLINES = (
     ("against llama.cpp on the same GGUF file", "01", EXACT_PEERS, _headline_llamacpp),
     ("EAGLE-3 against EAGLE-2, one tree (4, 6, 24), float32", "06", RESULTS_DIR / "bench_eagle3_tree24.json",
      _headline_eagle3),
-    ("speculation as the batch grows, on the exact engine", "08", RESULTS_DIR / "bench_batch.json", _headline_batch),
+    ("speculation as the batch grows, on the exact engine", "08", RESULTS_DIR / "bench_batch.json", batch_headline),
 )
 
 

@@ -186,10 +186,11 @@ def test_the_lab_kernel_computes_each_row_alone():
     rounding), and every row the same bits whatever rows share the call: counts from 1 to 9 (its
     blocks of 1 to 6 rows, and 6 + 3) and 13 outputs (a panel of 16 part-filled)."""
     g = torch.Generator().manual_seed(0)
-    weight = KernelWeight(torch.randn(13, 64, generator=g))
+    raw = torch.randn(13, 64, generator=g).to(torch.bfloat16)
+    weight = KernelWeight(raw)
     x = torch.randn(9, 64, generator=g).to(torch.bfloat16)
     whole = packed_linear(x, weight)
-    reference = x.float() @ weight.weight.float().T
+    reference = x.float() @ raw.float().T
     assert whole.dtype == torch.bfloat16 and torch.allclose(whole.float(), reference, rtol=1e-2, atol=1e-2)
     for n in range(1, 10):
         for start in range(0, 10 - n):

@@ -132,3 +132,15 @@ def format_batch_table(result: dict) -> str:
     lines.append(f"ar throughput against b = {smallest}: " + ", ".join(
         f"b = {b} {s['tokens_per_s'] / ar[smallest]['tokens_per_s']:.2f}x" for b, s in ar.items() if b != smallest))
     return "\n".join(lines)
+
+
+def batch_headline(result: dict) -> str:
+    """The README's headline sentence for a batched run."""
+    batched, sizes = result["batched"], result["config"]["batch_sizes"]
+    ar, eagle2, first, last = batched["ar"], batched["eagle2"], str(min(sizes)), str(max(sizes))
+    same = all(s["identical_to_ar"] for by_size in batched.values() for s in by_size.values())
+    return (f"{len(ar[first]['latency_s'])} prompts in batches of {', '.join(map(str, sizes))}"
+            f"{', every sequence identical to its own AR decoding' if same else ''}: batched `ar` reaches "
+            f"{ar[last]['tokens_per_s'] / ar[first]['tokens_per_s']:.2f}x its b = {first} throughput at b = {last}; "
+            f"`eagle2` {eagle2[first]['speedup_over_ar']:.2f}x batched `ar` at b = {first}, slower from b = "
+            f"{result['crossing_batch_size']['eagle2']}")

@@ -121,9 +121,8 @@ class KernelWeight:
     outputs, [ceil(out / 16), in, 16], the outputs past `out` zero."""
 
     def __init__(self, weight: torch.Tensor):
-        self.weight = weight.detach().to(torch.bfloat16)  # kept in torch's layout, for checks
         self.out = weight.shape[0]
-        padded = torch.nn.functional.pad(self.weight, (0, 0, 0, -self.out % 16))
+        padded = torch.nn.functional.pad(weight.detach().to(torch.bfloat16), (0, 0, 0, -self.out % 16))
         self.panels = padded.reshape(-1, 16, weight.shape[1]).transpose(1, 2).contiguous()
 
 
