@@ -6,7 +6,6 @@ import time
 from typing import Callable
 
 import torch
-from transformers import DynamicCache
 
 from .sampling import probabilities
 from .target.engine import Request
@@ -185,8 +184,9 @@ def draft_alpha(target: torch.nn.Module, draft: torch.nn.Module, sequences, samp
 @torch.inference_mode()
 def exact_batch_latency(model: torch.nn.Module, batches: list[int], ns: list[int], prefix: int = 200,
                         repeats: int = 5, seed: int = 0) -> dict[tuple[int, int], float]:
-    """T(batch, n) as `batch_forward_latency` gives it, for the exact engine's batched forward
-    (`lab.target.exact.forward_batch`): `batch` engines, each with its own cached `prefix` tokens."""
+    """T(batch, n), keyed (batch, n): seconds (fastest of `repeats`) of one exact-engine forward
+    (`lab.target.exact.forward_batch`) over `batch` sequences, each with n new causal positions
+    after its own cached `prefix` tokens."""
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     out = {}
@@ -205,24 +205,3 @@ def exact_batch_latency(model: torch.nn.Module, batches: list[int], ns: list[int
     return out
 
 
-def batch_forward_latency(model: torch.nn.Module, batches: list[int], ns: list[int], prefix: int = 200,
-                          repeats: int = 5, seed: int = 0) -> dict[tuple[int, int], float]:
-    """T(batch, n), keyed (batch, n): seconds (fastest of `repeats`) of one transformers forward over
-    `batch` sequences, each with n new causal positions after its own cached `prefix` tokens."""
-    g = torch.Generator().manual_seed(seed)
-    vocab = model.config.vocab_size
-    device = next(model.parameters()).device
-    out = {}
-    for b in batches:
-        cache = DynamicCache(config=model.config)
-        model.model(input_ids=torch.randint(0, vocab, (b, prefix), generator=g).to(device), cache=cache,
-                    use_cache=True)
-        for n in ns:
-            new = torch.randint(0, vocab, (b, n), generator=g).to(device)
-            positions = torch.arange(prefix, prefix + n, device=device).expand(b, n)
-
-            def step() -> None:
-                model(input_ids=new, cache=cache, position_ids=positions, use_cache=True)
-                cache.crop(-n)  # back to the prefix (transformers 5 takes minus the tokens to drop)
-            out[(b, n)] = fastest({0: step}, repeats)[0]
-    return out

@@ -135,18 +135,20 @@ def test_the_table_marks_lossy_methods_and_missing_cells():
     assert "| ar | 1.00 / 1.00x | 1.00 / 1.00x |" in table
 
 
-def test_batch_forward_latency_times_every_batch_and_size(tiny, monkeypatch):
-    from transformers import DynamicCache
+def test_exact_batch_latency_times_every_batch_and_size(monkeypatch):
+    import torch
 
-    from lab.measure import batch_forward_latency
+    from lab.measure import exact_batch_latency
+    from lab.target.exact import ExactEngine
+    from lab.target.load import tiny_target
     crops = []
-    real_crop = DynamicCache.crop
-    monkeypatch.setattr(DynamicCache, "crop", lambda self, k: (crops.append(k), real_crop(self, k))[1])
-    out = batch_forward_latency(tiny, [1, 3], [1, 5], prefix=8, repeats=2)
+    real_crop = ExactEngine.crop
+    monkeypatch.setattr(ExactEngine, "crop", lambda self, k: (crops.append(k), real_crop(self, k))[1])
+    out = exact_batch_latency(tiny_target(0).to(torch.bfloat16), [1, 3], [1, 5], prefix=8, repeats=2)
     assert set(out) == {(1, 1), (1, 5), (3, 1), (3, 5)}
     assert all(isinstance(t, float) and 0 < t < 10 for t in out.values())
-    # every timed step (3 warm-ups + 2 repeats) drops exactly the positions it added
-    assert crops == [-1] * 5 + [-5] * 5 + [-1] * 5 + [-5] * 5
+    # every timed step (3 warm-ups + 2 repeats) takes every sequence back to its prefix
+    assert crops == [8] * (5 * 1 * 2 + 5 * 3 * 2)
 
 
 def test_batch_speedups_follow_the_formula():

@@ -14,7 +14,6 @@ from ..decode import DecodeResult, decode_batch
 from ..errors import LabError
 from ..measure import exact_batch_latency
 from ..sampling import prompt_seed
-from ..target.exact import ExactEngine
 from ..target.load import engine_for, engine_kind
 from .methods import make_drafter, method_settings
 from .setup import LOSSY_METHODS, PEERS, Setup
@@ -53,15 +52,14 @@ def _summary(rows: list[DecodeResult], seconds: float, reference: list[DecodeRes
             "draft_seconds_per_cycle": sum(r.draft_seconds for r in rows) / cycles,
             # from the group's start to each request's last token
             "latency_s": [round(r.seconds, 4) for r in rows],
-            "identical_to_ar": None if same is None else all(same), "identical_prompts": same and sum(same)}
+            "identical_to_ar": None if same is None else all(same),
+            "identical_prompts": None if same is None else sum(same)}
 
 
 def run_batch_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: dict, draft_layers: int,
                     sizes: list[int], json_path: str | Path | None = None, progress: bool = True) -> dict:
     """Every method at every batch size on the same prompts (groups of b consecutive prompts).
     Identity is checked against AR at the smallest b, prompt by prompt, at temperature 0."""
-    if not isinstance(engine_for(setup.target), ExactEngine):
-        raise LabError("--batch-size runs on the exact engine: add --dtype bfloat16")
     others = [m for m in methods if m in PEERS or m in LOSSY_METHODS]
     if others:
         raise LabError(f"--batch-size takes the lossless methods of the lab's loop, not {', '.join(others)}")
@@ -108,7 +106,8 @@ def run_batch_bench(methods: list[str], prompts: list[Prompt], setup: Setup, con
               "batched": batched, "crossing_batch_size": crossing,
               "latency_ms": {f"{b},{n}": round(t * 1e3, 3) for (b, n), t in sorted(latency.items())},
               "positions_per_cycle": sizes_n, "prediction": "tau x T(b, 1) / (T(b, n) + b x drafting per cycle), "
-              "tau and drafting at the smallest b, T(b, n) of forward_batch after 200 cached tokens per sequence"}
+              f"tau and drafting at the smallest b, T(b, n) of forward_batch after {LATENCY_PREFIX} cached tokens "
+              "per sequence"}
     if json_path:
         write_json(Path(json_path), result)
     return result

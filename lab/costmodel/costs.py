@@ -61,7 +61,7 @@ def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_fo
 def batch_speedups(tau: float, latency: dict[tuple[int, int], float], n: int, draft_seconds: float,
                    draft_scaling: str = "batched") -> dict[int, float]:
     """Predicted speed-up over AR per batch size b: tau * T(b, 1) / (T(b, n) + draft(b)), T(b, k) from
-    `lab.measure.batch_forward_latency`, tau assumed independent of b, loop overhead left out. Drafting
+    `lab.measure.exact_batch_latency`, tau assumed independent of b, loop overhead left out. Drafting
     grows as assumed: `batched` by T(b, 1) / T(1, 1), `serial` by b (else ValueError)."""
     if draft_scaling not in ("batched", "serial"):
         raise ValueError(f"draft_scaling must be 'batched' or 'serial', got {draft_scaling!r}")

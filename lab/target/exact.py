@@ -80,16 +80,21 @@ def _compile() -> ctypes.CDLL:
     return lib
 
 
-_OPS: ctypes.CDLL | None = None
-_LIB: ctypes.CDLL | None = None  # the same library, never timed by step_seconds
+_LIB: ctypes.CDLL | None = None
+_OPS: ctypes.CDLL | _TimedOps | None = None  # the library, or within step_seconds its timed view
+
+
+def _library() -> ctypes.CDLL:
+    """lab/target/csrc/exact_ops.c, compiled on first use."""
+    global _LIB
+    if _LIB is None:
+        _LIB = _compile()
+    return _LIB
 
 
 def ops() -> ctypes.CDLL:
     """The compiled per-row operations (lab/target/csrc/exact_ops.c)."""
-    global _OPS, _LIB
-    if _OPS is None:
-        _OPS = _LIB = _compile()
-    return _OPS
+    return _OPS if _OPS is not None else _library()
 
 
 class _TimedOps:
@@ -108,12 +113,12 @@ def step_seconds() -> Iterator[Seconds]:
     (the packed linears, the LM head included) and each C operation by name."""
     global _OPS, packed_linear
     seconds = Seconds()
-    untimed_ops, untimed_linear = ops(), packed_linear
-    _OPS, packed_linear = _TimedOps(untimed_ops, seconds), seconds.wrap("products", untimed_linear)
+    untimed_linear = packed_linear
+    _OPS, packed_linear = _TimedOps(_library(), seconds), seconds.wrap("products", untimed_linear)
     try:
         yield seconds
     finally:
-        _OPS, packed_linear = untimed_ops, untimed_linear
+        _OPS, packed_linear = None, untimed_linear
 
 
 class KernelWeight:
@@ -143,8 +148,7 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor | KernelWeight) -> torch
     if isinstance(packed, KernelWeight):
         x = x.to(torch.bfloat16).contiguous()
         out = torch.empty(x.shape[0], packed.out, dtype=torch.bfloat16)
-        ops()  # compiled on first use
-        _LIB.linear_bf16(x.data_ptr(), packed.panels.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
+        _library().linear_bf16(x.data_ptr(), packed.panels.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
                          packed.out, torch.get_num_threads())
         return out
     if MIN_ROWS <= x.shape[0] <= BLOCK_ROWS and x.is_contiguous():  # one call (ExactEngine's buffers)
