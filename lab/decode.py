@@ -3,10 +3,10 @@ drafter (AR proposes nothing). Prefill scores the prompt without its last token;
 [last token, drafts...] to the target in one forward, so every new token comes from a verification
 forward and tau = new tokens / verification forwards (prefill excluded) is exactly 1 for AR.
 
-The loop (`decode_steps`) hands each target forward it needs to its caller as a `Request` and
-resumes with the scores: `decode` scores them on one engine, and `decode_batch` scores the requests
-of several sequences in one batched forward of the exact engine, each sequence keeping its own
-cache, drafter, accepted length and stopping point."""
+The loop (`decode_steps`) hands each forward it needs, the target's and its drafter's, to its caller
+as a `Request` and resumes with the scores (lab/steps.py): `decode` runs them one at a time, and
+`decode_batch` runs the requests of several sequences in one batched forward of the exact engine per
+model and round, each sequence keeping its own caches, drafter, accepted length and stopping point."""
 from __future__ import annotations
 
 import os
@@ -19,6 +19,7 @@ import torch
 
 from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
+from .steps import run_alone
 from .target.engine import Engine, Request, Scored
 from .target.exact import ExactEngine, forward_batch
 from .timing import Seconds
@@ -176,19 +177,21 @@ def _scored(spent: Seconds, request: Request, phase: str = "forward") -> Generat
     return scored
 
 
-def alone(target: Engine, steps: Steps) -> "Cycle | DecodeResult":
-    """Run `steps` to its end, every forward it asks for scored by `target`; its return value."""
+def _drafting(spent: Seconds, phase: str, drafter, method: str, *args) -> Generator[Request, Scored, object]:
+    """The drafter's `method` (propose or commit), its seconds counted under `phase`. A drafter that
+    runs forwards of its own writes the method as steps (`propose_steps`, `commit_steps`), whose
+    forwards are handed out like the target's, so that `decode_batch` batches them too."""
+    start = time.perf_counter()
     try:
-        request = next(steps)
-        while True:
-            request = steps.send(request.run(target))
-    except StopIteration as done:
-        return done.value
+        steps = getattr(drafter, f"{method}_steps", None)
+        return getattr(drafter, method)(*args) if steps is None else (yield from steps(*args))
+    finally:
+        spent[phase] = spent.get(phase, 0.0) + time.perf_counter() - start
 
 
 def _chain_cycle(target: Engine, spent: Seconds, context: list[int], drafts: list[int], q: torch.Tensor | None,
                  kernel: str, sampling: Sampling, rng: RandomStream, layers: tuple[int, ...], rule=None) -> Steps:
-    scored = yield from _scored(spent, Request([context[-1]] + drafts,
+    scored = yield from _scored(spent, Request(target, [context[-1]] + drafts,
                                                hidden_layers=layers + (rule.layers if rule else ())))
     logits, uniforms = scored.logits, None
     if rule is not None:  # a lossy acceptance rule (lab/verify/lossy.py): greedy, OR-ed with the target's argmax
@@ -205,8 +208,8 @@ def _chain_cycle(target: Engine, spent: Seconds, context: list[int], drafts: lis
 
 def _tree_cycle(target: Engine, spent: Seconds, context: list[int], tree: DraftTree, kernel: str,
                 sampling: Sampling, rng: RandomStream, layers: tuple[int, ...]) -> Steps:
-    scored = yield from _scored(spent, Request(tree.tokens, tree.ancestor_mask(), tree.positions(len(context) - 1),
-                                               layers))
+    scored = yield from _scored(spent, Request(target, tree.tokens, tree.ancestor_mask(),
+                                               tree.positions(len(context) - 1), layers))
     # the candidates come first, so the verified tree is a prefix of the scored one, with the same indices
     m = len(tree) if tree.candidates is None else tree.candidates
     verified = tree if m == len(tree) else DraftTree(tree.tokens[:m], tree.parents[:m])
@@ -230,23 +233,27 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     `draft_len` tokens a cycle, verified by `kernel` (`resolve_kernel`) or, given a lossy `rule`,
     greedily with it as a second way in (chains only). `on_tokens(tokens, origins)` sees each cycle's
     new tokens, `on_cycle(context, proposal, cycle, tokens, origins)` also how it was scored."""
-    return alone(target, decode_steps(target, drafter, prompt, max_new_tokens, sampling, draft_len, seed, eos_id,
-                                      on_tokens, kernel, rule, on_cycle))
+    return run_alone(decode_steps(target, drafter, prompt, max_new_tokens, sampling, draft_len, seed, eos_id,
+                                  on_tokens, kernel, rule, on_cycle))
 
 
 def decode_batch(targets: list, drafters: list, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling,
                  draft_len: int, seeds: list[int], eos_id: int | None, kernel: str | None = None
                  ) -> list[DecodeResult]:
     """`decode` of several prompts at once on the exact engine: each prompt has its own engine
-    (`targets`, one model), drafter and random stream (its seed in `seeds`). Every round
-    scores one forward request of each unfinished sequence in one batched forward
-    (`lab.target.exact.forward_batch`), so a sequence leaves the batch when it stops. Each result's
-    `seconds` runs from the batch's start to that sequence's last token; its phase seconds count
-    the batch's shared forwards whole."""
+    (`targets`, one model), drafter and random stream (its seed in `seeds`). Each round runs the
+    forwards the unfinished sequences wait for, one batched forward (`lab.target.exact.forward_batch`)
+    per model: the drafters' first, and the target's once every sequence waits for it, so that one
+    target forward scores the whole batch each cycle and a sequence leaves the batch when it stops.
+    A drafter forward that is not on an exact engine (an EAGLE-3 head computes its own) runs alone.
+    Each result's `seconds` runs from the batch's start to that sequence's last token; its phase
+    seconds count the batch's shared forwards whole."""
     if not all(isinstance(t, ExactEngine) for t in targets):
         raise LabError("batched decoding runs on the exact bfloat16 engine: use --dtype bfloat16")
     if not (len(targets) == len(drafters) == len(prompts) == len(seeds)):
         raise ValueError("decode_batch takes one engine, one drafter and one seed per prompt")
+    if len({id(d) for d in drafters}) != len(drafters) or len({id(t) for t in targets}) != len(targets):
+        raise ValueError("decode_batch takes a drafter and an engine of its own for each prompt")
     start = time.perf_counter()
     steps = [decode_steps(t, d, p, max_new_tokens, sampling, draft_len, seed, eos_id, kernel=kernel)
              for t, d, p, seed in zip(targets, drafters, prompts, seeds)]
@@ -264,9 +271,17 @@ def decode_batch(targets: list, drafters: list, prompts: list[list[int]], max_ne
     for i in range(len(steps)):
         resume(i, None)
     while pending:
-        live = list(pending)
-        for i, scored in zip(live, forward_batch([targets[i] for i in live], [pending[i] for i in live])):
-            resume(i, scored)
+        drafting = [i for i, r in pending.items() if r.engine is not targets[i]]
+        groups: dict[tuple, list[int]] = {}
+        for i in drafting or list(pending):
+            r = pending[i]
+            model = r.engine.w if isinstance(r.engine, ExactEngine) else ("alone", i)
+            groups.setdefault((model, r.hidden_layers, r.logits), []).append(i)
+        for (model, _, _), group in groups.items():
+            requests = [pending[i] for i in group]
+            scores = [requests[0].run()] if isinstance(model, tuple) else forward_batch(requests)
+            for i, scored in zip(group, scores):
+                resume(i, scored)
     return [results[i] for i in range(len(steps))]
 
 
@@ -277,7 +292,8 @@ def decode_steps(target: Engine, drafter, prompt: list[int], max_new_tokens: int
                  on_cycle: Callable[[list[int], DraftTree | tuple, Cycle, list[int], list[str]], None] | None = None
                  ) -> Steps:
     """`decode` as steps: yields each target forward as a `Request`, is sent its `Scored`, and
-    returns the `DecodeResult`. `target` is used to crop and compact the cache only."""
+    returns the `DecodeResult`; the drafter's own forwards are handed out the same way (`_drafting`).
+    The requests name `target`, which the loop also crops and compacts."""
     if not prompt:
         raise ValueError("empty prompt: give at least one token")
     if rule is not None and not sampling.greedy:
@@ -292,13 +308,14 @@ def decode_steps(target: Engine, drafter, prompt: list[int], max_new_tokens: int
 
     spent = Seconds()  # by phase
     if len(prompt) > 1:
-        scored = yield from _scored(spent, Request(prompt[:-1], hidden_layers=layers, last_only=True), "prefill")
-        spent.call("commit", drafter.commit, prompt, _features(scored, layers))
+        scored = yield from _scored(spent, Request(target, prompt[:-1], hidden_layers=layers, last_only=True),
+                                    "prefill")
+        yield from _drafting(spent, "commit", drafter, "commit", prompt, _features(scored, layers))
     context = list(prompt)
     while len(result.tokens) < max_new_tokens:
         # the verification forward also yields one token itself, so never draft past the limit
         k = min(draft_len, max_new_tokens - len(result.tokens) - 1)
-        proposal = spent.call("propose", drafter.propose, context, k, sampling, rng)
+        proposal = yield from _drafting(spent, "propose", drafter, "propose", context, k, sampling, rng)
         scoring = time.perf_counter()
         if isinstance(proposal, DraftTree):
             if rule is not None:
@@ -313,7 +330,7 @@ def decode_steps(target: Engine, drafter, prompt: list[int], max_new_tokens: int
             gaps = top2_gaps(cycle.logits[cycle.rows])
         if hasattr(drafter, "observe"):  # a drafter that learns from the target's outputs at its own nodes
             spent.call("commit", drafter.observe, proposal, cycle.logits)
-        spent.call("commit", drafter.commit, context + cycle.tokens, cycle.features)
+        yield from _drafting(spent, "commit", drafter, "commit", context + cycle.tokens, cycle.features)
         emitted, origins = cycle.tokens, ["draft"] * n + [cycle.last]
         if eos_id is not None and eos_id in emitted:
             emitted = emitted[: emitted.index(eos_id) + 1]

@@ -195,10 +195,10 @@ def exact_batch_latency(model: torch.nn.Module, batches: list[int], ns: list[int
         for engine in engines:
             engine.forward(torch.randint(0, vocab, (prefix,), generator=g).tolist(), logits=False)
         for n in ns:
-            requests = [Request(torch.randint(0, vocab, (n,), generator=g).tolist()) for _ in range(b)]
+            requests = [Request(e, torch.randint(0, vocab, (n,), generator=g).tolist()) for e in engines]
 
             def step() -> None:
-                forward_batch(engines, requests)
+                forward_batch(requests)
                 for engine in engines:
                     engine.crop(prefix)
             out[(b, n)] = fastest({0: step}, repeats)[0]

@@ -10,6 +10,8 @@ from typing import Callable
 
 import torch
 
+from .steps import Steps, run_alone, stepped
+
 
 @dataclass
 class DraftTree:
@@ -62,8 +64,9 @@ class DraftTree:
 
 
 # (tree, frontier nodes, k) -> (log-probs, token ids), both [F, k]: each frontier node's k most likely
-# children, best first (ids, not columns, so that a drafter may score a reduced vocabulary)
-Expand = Callable[[DraftTree, list[int], int], tuple[torch.Tensor, torch.Tensor]]
+# children, best first (ids, not columns, so that a drafter may score a reduced vocabulary); or steps
+# (lab/steps.py) that hand out the drafter's forward and return them
+Expand = Callable[[DraftTree, list[int], int], "tuple[torch.Tensor, torch.Tensor] | Steps"]
 
 
 def top_children(logp: torch.Tensor, k: int, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,10 +83,16 @@ def dynamic_tree(root_token: int, expand: Expand, depth: int, top_k: int, total_
     `top_k` most likely children; then `rerank` keeps at most `total_tokens` nodes, which form a
     connected tree because a child's value never exceeds its parent's. With `expansions` (a list: the
     inspector's), the tree before reranking is appended to it."""
+    return run_alone(dynamic_tree_steps(root_token, expand, depth, top_k, total_tokens, expansions))
+
+
+def dynamic_tree_steps(root_token: int, expand: Expand, depth: int, top_k: int, total_tokens: int,
+                       expansions: list[DraftTree] | None = None) -> Steps:
+    """`dynamic_tree` as steps (lab/steps.py) that hand out the forwards of an `expand` written as steps."""
     tree = DraftTree([root_token], [-1], [0.0], [1.0])
     frontier = [0]
     for _ in range(depth):
-        values, tokens = expand(tree, frontier, top_k)
+        values, tokens = yield from stepped(expand(tree, frontier, top_k))
         layer = []
         for row, node in enumerate(frontier):
             for lp, token in zip(values[row].tolist(), tokens[row].tolist()):

@@ -1,6 +1,7 @@
 """Batched decoding (lab.decode.decode_batch on lab.target.exact.forward_batch): every sequence of a
 batch gets exactly its own single-sequence output, greedy and sampled with its own seed; one batched
-target forward per round serves every unfinished sequence; sampling in a batch keeps the target's
+target forward per round serves every unfinished sequence, and the drafters' forwards are batched
+too, at most one per draft step of a cycle; sampling in a batch keeps the target's
 distribution, and a broken verification fails the same check (since a batch of one is `decode`
 token for token, this is also the exact engine's sampling check); `bench --batch-size` runs and
 refuses what it cannot do in one line."""
@@ -15,7 +16,8 @@ from test_verify import chi2_pvalue
 
 import lab.decode
 from lab.decode import decode, decode_batch
-from lab.drafters import ModelDraft, NoDraft, TreeModelDraft
+from lab.drafters import EagleDraft, ModelDraft, NoDraft, TreeModelDraft
+from lab.drafters.eagle1 import EagleHead
 from lab.errors import LabError
 from lab.sampling import Sampling
 from lab.target.engine import Engine, Request
@@ -31,15 +33,17 @@ def model():
     return tiny_target(6).to(torch.bfloat16)
 
 
-_DRAFTS = {}  # the sd and tree drafters' model per target, built once
+_DRAFTS = {}  # the draft model and an (untrained) EAGLE head per target, built once
 
 
 def drafters(model, kind: str, n: int) -> list:
-    """n fresh drafters of one kind (each keeps its own state and, for sd and tree, its own cache)."""
+    """n fresh drafters of one kind (each keeps its own state and its own cache)."""
     if id(model) not in _DRAFTS:
-        _DRAFTS[id(model)] = make_draft(model, 1)
-    draft = _DRAFTS[id(model)]
-    make = {"ar": NoDraft, "sd": lambda: ModelDraft(draft), "tree": lambda: TreeModelDraft(draft, 3, 2, 6)}
+        torch.manual_seed(0)
+        _DRAFTS[id(model)] = make_draft(model, 1), EagleHead(model).eval()
+    draft, head = _DRAFTS[id(model)]
+    make = {"ar": NoDraft, "sd": lambda: ModelDraft(draft), "tree": lambda: TreeModelDraft(draft, 3, 2, 6),
+            "eagle2": lambda: EagleDraft(head, "dynamic", 3, 2, 6)}
     return [make[kind]() for _ in range(n)]
 
 
@@ -53,7 +57,7 @@ def together(model, kind: str, prompts, sampling, seeds, eos_id):
                         sampling, 3, seeds, eos_id)
 
 
-@pytest.mark.parametrize("kind", ["ar", "sd", "tree"])
+@pytest.mark.parametrize("kind", ["ar", "sd", "tree", "eagle2"])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(1.0)], ids=["greedy", "T=1"])
 def test_each_sequence_of_a_batch_is_its_own_decoding(model, kind, sampling):
     """Prompts of 1 to 11 tokens, batches of 1 to 5, and an EOS token chosen from a sequence's own
@@ -68,19 +72,34 @@ def test_each_sequence_of_a_batch_is_its_own_decoding(model, kind, sampling):
         assert got == expected[:b], b
 
 
-def test_one_batched_target_forward_serves_every_unfinished_sequence(model, monkeypatch):
-    eos = alone(model, "sd", PROMPTS, Sampling(), [0] * 5, None)[0][4]
+@pytest.mark.parametrize("kind", ["sd", "tree", "eagle2"])
+def test_one_batched_forward_per_model_and_step_serves_every_unfinished_sequence(model, monkeypatch, kind):
+    """The target scores the whole batch once a cycle; between two target forwards each drafter
+    step of the batch is one forward (sd: 3 chain steps; the trees: 3 levels of the draft model,
+    or the EAGLE head's commit and 2 levels), and no draft forward is lost or repeated."""
+    eos = alone(model, kind, PROMPTS, Sampling(), [0] * 5, None)[0][4]
     calls = []
 
-    def counted(engines, requests, logits=True):
-        if engines[0].model is model:  # the target's forwards, not the sd draft's own
-            calls.append(len(engines))
-        return forward_batch(engines, requests, logits)
+    def counted(requests):
+        calls.append(("target" if requests[0].engine.model is model else "draft", len(requests)))
+        return forward_batch(requests)
     monkeypatch.setattr(lab.decode, "forward_batch", counted)
-    results = together(model, "sd", PROMPTS, Sampling(), [0] * 5, eos)
+    batch_drafters = drafters(model, kind, len(PROMPTS))
+    results = decode_batch([ExactEngine(model) for _ in PROMPTS], batch_drafters, PROMPTS, 20, Sampling(), 3,
+                           [0] * 5, eos)
+    target = [size for who, size in calls if who == "target"]
     rounds = [r.cycles + (len(p) > 1) for r, p in zip(results, PROMPTS)]  # a one-token prompt has no prefill
-    assert len(calls) == max(rounds) and sum(calls) == sum(rounds)
-    assert calls == sorted(calls, reverse=True) and calls[0] == len(PROMPTS) and calls[-1] < len(PROMPTS)
+    assert len(target) == max(rounds) and sum(target) == sum(rounds)
+    assert target == sorted(target, reverse=True) and target[0] == len(PROMPTS) and target[-1] < len(PROMPTS)
+    between = "".join("T" if who == "target" else "d" for who, _ in calls).split("T")
+    assert max(map(len, between)) == 3, between
+    own = drafters(model, kind, len(PROMPTS))  # the same drafters decoding alone make as many draft forwards
+    for d, p in zip(own, PROMPTS):
+        decode(ExactEngine(model), d, p, 20, Sampling(), 3, 0, eos)
+    alone_forwards, batch_forwards = (sum((d.cache if kind == "eagle2" else d).engine.forwards for d in group)
+                                      for group in (own, batch_drafters))
+    assert sum(size for who, size in calls if who == "draft") == batch_forwards == alone_forwards
+    assert len(calls) - len(target) < alone_forwards
 
 
 def _target_pairs(model, prompt, sampling):
@@ -138,9 +157,11 @@ def test_sampling_in_a_batch_keeps_the_target_distribution(model, monkeypatch):
 def test_batched_forward_refuses_what_it_cannot_do(model):
     one = ExactEngine(model)
     with pytest.raises(ValueError, match="distinct engines"):
-        forward_batch([one, one], [Request([1]), Request([2])])
+        forward_batch([Request(one, [1]), Request(one, [2])])
     with pytest.raises(ValueError, match="same hidden layers"):
-        forward_batch([one, ExactEngine(model)], [Request([1], hidden_layers=(1,)), Request([2])])
+        forward_batch([Request(one, [1], hidden_layers=(1,)), Request(ExactEngine(model), [2])])
+    with pytest.raises(ValueError, match="exact engines"):
+        forward_batch([Request(Engine(tiny_target(6)), [1])])
     with pytest.raises(LabError, match="--dtype bfloat16"):
         decode_batch([Engine(tiny_target(6))], [NoDraft()], [[1, 2]], 4, Sampling(), 1, [0], None)
 

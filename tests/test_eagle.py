@@ -105,8 +105,8 @@ def test_sampled_eagle_runs_and_is_reproducible(tiny, tokenizer):
 
 
 class Recorder(EagleDraft):
-    def commit(self, context, features=None):
-        super().commit(context, features)
+    def commit_steps(self, context, features=None):  # the loop commits through the steps
+        yield from super().commit_steps(context, features)
         self.last_context = list(context)
 
 

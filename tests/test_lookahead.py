@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import lab.decode
-from lab.decode import _tree_cycle, alone, decode
+from lab.decode import _tree_cycle, decode
+from lab.steps import run_alone
 from lab.drafters import Lookahead
 from lab.drafters.lookahead import lookahead_positions
 from lab.errors import LabError
@@ -74,7 +75,7 @@ class FixedTarget:
     def __init__(self, logits: torch.Tensor, hidden: dict[int, torch.Tensor] | None = None):
         self.logits, self.hidden = logits, hidden or {}
 
-    def forward(self, tokens, mask=None, positions=None, hidden_layers=(), last_only=False, embeds=None):
+    def forward(self, tokens, mask=None, positions=None, hidden_layers=(), last_only=False, embeds=None, logits=True):
         return SimpleNamespace(logits=self.logits[: len(tokens)],
                                hidden={layer: h[: len(tokens)] for layer, h in self.hidden.items()})
 
@@ -94,8 +95,8 @@ def first_tokens(draws: int) -> tuple[torch.Tensor, torch.Tensor]:
     logits[0] = p_root.log()
     target, counts = FixedTarget(logits), torch.zeros(6)
     for seed in range(draws):
-        cycle = alone(target, _tree_cycle(target, Seconds(), [4, 5, 0], tree, "torch", Sampling(1.0),
-                                          RandomStream(seed), ()))
+        cycle = run_alone(_tree_cycle(target, Seconds(), [4, 5, 0], tree, "torch", Sampling(1.0),
+                                     RandomStream(seed), ()))
         assert cycle.n_accepted == 0 or cycle.tokens[0] in (1, 2, 3)  # the window is never accepted
         counts[cycle.tokens[0]] += 1
     return counts, p_root

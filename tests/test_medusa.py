@@ -10,7 +10,8 @@ from test_eagle import small_set
 from test_lookahead import CRITICAL, FixedTarget, chi_square, without_zeroing
 
 import lab.decode
-from lab.decode import _tree_cycle, alone, decode
+from lab.decode import _tree_cycle, decode
+from lab.steps import run_alone
 from lab.drafters import NoDraft, static_shape
 from lab.drafters.heads import load_head
 from lab.drafters.medusa import MedusaDraft, MedusaHeads
@@ -89,8 +90,8 @@ def first_tokens(tiny, draws: int) -> tuple[torch.Tensor, torch.Tensor]:
     target = FixedTarget(logits, {layer: torch.randn(len(tree), tiny.config.hidden_size)})
     counts = torch.zeros(6)
     for seed in range(draws):
-        cycle = alone(target, _tree_cycle(target, Seconds(), [5, 0], tree, "torch", Sampling(1.0), RandomStream(seed),
-                                          heads.feature_layers))
+        cycle = run_alone(_tree_cycle(target, Seconds(), [5, 0], tree, "torch", Sampling(1.0), RandomStream(seed),
+                                     heads.feature_layers))
         counts[cycle.tokens[0]] += 1
     return counts, p_root
 

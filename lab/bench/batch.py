@@ -93,7 +93,7 @@ def run_batch_bench(methods: list[str], prompts: list[Prompt], setup: Setup, con
     crossing = {}
     for m in methods:
         first = batched[m][str(min(sizes))]
-        predicted = batch_speedups(first["tau"], latency, sizes_n[m], first["draft_seconds_per_cycle"], "serial")
+        predicted = batch_speedups(first["tau"], latency, sizes_n[m], first["draft_seconds_per_cycle"], "batched")
         for b in sizes:
             s = batched[m][str(b)]
             s["speedup_over_ar"] = s["tokens_per_s"] / batched["ar"][str(b)]["tokens_per_s"]
@@ -105,9 +105,9 @@ def run_batch_bench(methods: list[str], prompts: list[Prompt], setup: Setup, con
                          "methods": {m: method_settings(setup, m, draft_layers) for m in methods}},
               "batched": batched, "crossing_batch_size": crossing,
               "latency_ms": {f"{b},{n}": round(t * 1e3, 3) for (b, n), t in sorted(latency.items())},
-              "positions_per_cycle": sizes_n, "prediction": "tau x T(b, 1) / (T(b, n) + b x drafting per cycle), "
-              f"tau and drafting at the smallest b, T(b, n) of forward_batch after {LATENCY_PREFIX} cached tokens "
-              "per sequence"}
+              "positions_per_cycle": sizes_n, "prediction": "tau x T(b, 1) / (T(b, n) + drafting per cycle x "
+              f"T(b, 1) / T(1, 1)), tau and drafting at the smallest b (drafting batched as the target's forward "
+              f"is), T(b, n) of forward_batch after {LATENCY_PREFIX} cached tokens per sequence"}
     if json_path:
         write_json(Path(json_path), result)
     return result

@@ -11,6 +11,8 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..errors import LabError
+from ..steps import Steps
+from ..target.engine import Request
 from ..target.exact import fast_linear
 from ..target.load import TARGET_NAME, engine_for
 
@@ -98,8 +100,10 @@ class Eagle1Cache:
         self.engine.crop(length)
 
     def run(self, states: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None,
-            positions: torch.Tensor | None = None) -> torch.Tensor:
-        """Pairs (state [n, H], token [n]) after the cache -> output states [n, H]."""
+            positions: torch.Tensor | None = None) -> Steps:
+        """Pairs (state [n, H], token [n]) after the cache -> output states [n, H]; steps that hand out
+        the layer's forward (lab/steps.py), so that a batch of sequences drafts in one forward."""
         embeds = self.head.fuse(states, tokens.to(self.device), self.fc)
-        return self.engine.forward(None, mask=mask, positions=positions, hidden_layers=(1,), embeds=embeds,
-                                   logits=False).hidden[1]
+        scored = yield Request(self.engine, None, mask=mask, positions=positions, hidden_layers=(1,), embeds=embeds,
+                               logits=False)
+        return scored.hidden[1]

@@ -14,8 +14,9 @@ import torch
 from ..data import load_regen
 from ..errors import LabError
 from ..sampling import RandomStream, Sampling
+from ..steps import Steps, run_alone, stepped
 from ..target.exact import fast_linear
-from ..trees import DraftTree, Expand, dynamic_tree, top_children
+from ..trees import DraftTree, Expand, dynamic_tree_steps, top_children
 from .model import frontier_mask
 
 
@@ -49,12 +50,17 @@ def static_shape(total_tokens: int, depth: int, rank_accuracy: list[float] | lis
 def static_tree(root_token: int, expand: Expand, shape: list[tuple[int, ...]]) -> DraftTree:
     """Instantiate a fixed rank shape: node (r1..rd) is the r_d-th most likely child of node
     (r1..r_{d-1}). One `expand` call per depth, over the nodes that have children."""
+    return run_alone(static_tree_steps(root_token, expand, shape))
+
+
+def static_tree_steps(root_token: int, expand: Expand, shape: list[tuple[int, ...]]) -> Steps:
+    """`static_tree` as steps (lab/steps.py), as `lab.trees.dynamic_tree_steps`."""
     tree = DraftTree([root_token], [-1], [0.0], [1.0])
     index: dict[tuple[int, ...], int] = {(): 0}
     for d in range(1, max((len(p) for p in shape), default=0) + 1):
         layer = [p for p in shape if len(p) == d]
         frontier = sorted({index[p[:-1]] for p in layer})
-        values, tokens = expand(tree, frontier, max(p[-1] for p in layer) + 1)
+        values, tokens = yield from stepped(expand(tree, frontier, max(p[-1] for p in layer) + 1))
         for p in layer:
             row, parent = frontier.index(index[p[:-1]]), index[p[:-1]]
             lp = float(values[row, p[-1]])
@@ -112,8 +118,15 @@ class EagleDraft:
         self.cache.reset()
         self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # (predicted state, log-probs) at the root
 
-    @torch.inference_mode()
     def commit(self, context: list[int], features: torch.Tensor | None = None) -> None:
+        run_alone(self.commit_steps(context, features))
+
+    def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream
+                ) -> DraftTree | tuple[list[int], None]:
+        return run_alone(self.propose_steps(context, k, s, rng))
+
+    @torch.inference_mode()
+    def commit_steps(self, context: list[int], features: torch.Tensor | None = None) -> Steps:
         """Append the pairs of the positions the target has just scored: `features` [m, F]
         belong to context positions len(context)-1-m .. len(context)-2."""
         if features is None or len(features) == 0:
@@ -121,37 +134,38 @@ class EagleDraft:
         start = len(context) - 1 - len(features)
         self.cache.crop(start)  # drops the last round's tree nodes
         states = self.cache.project(features.to(self.cache.device))
-        root = self.cache.run(states, torch.tensor(context[start + 1:]))[-1]
+        root = (yield from stepped(self.cache.run(states, torch.tensor(context[start + 1:]))))[-1]
         self.root = (root, self._logp(root[None])[0])
 
     @torch.inference_mode()
-    def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream
-                ) -> DraftTree | tuple[list[int], None]:
+    def propose_steps(self, context: list[int], k: int, s: Sampling, rng: RandomStream) -> Steps:
+        """The drafts (a tree, or a chain and None), the head's forwards handed out (lab/steps.py)."""
         if self.root is None or k < 1:  # nothing scored yet (a one-token prompt), or no room left
             return ([], None) if self.mode == "chain" else DraftTree([context[-1]], [-1], [0.0], [1.0])
         base = self.cache.length  # committed pairs; the root's pair is the last of them
         predicted = {0: self.root[0]}
         slot: dict[int, int] = {}
 
-        def expand(tree: DraftTree, frontier: list[int], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        def expand(tree: DraftTree, frontier: list[int], k: int) -> Steps:
             if frontier == [0]:
                 return top_children(self.root[1][None], k, self.vocab)
             mask = frontier_mask(tree, frontier, slot, base, self.cache.length)
             depths = tree.depths()
             positions = torch.tensor([base - 1 + depths[node] for node in frontier])
-            out = self.cache.run(torch.stack([predicted[tree.parents[f]] for f in frontier]),
-                                 torch.tensor([tree.tokens[f] for f in frontier]), mask, positions)
+            out = yield from stepped(self.cache.run(torch.stack([predicted[tree.parents[f]] for f in frontier]),
+                                                    torch.tensor([tree.tokens[f] for f in frontier]), mask,
+                                                    positions))
             for row, node in enumerate(frontier):
                 predicted[node] = out[row]
             return top_children(self._logp(out), k, self.vocab)
 
         if self.mode == "static":
-            tree = static_tree(context[-1], expand, [p for p in self.shape if len(p) <= k])
+            tree = yield from static_tree_steps(context[-1], expand, [p for p in self.shape if len(p) <= k])
         elif self.mode == "chain":  # one child per depth: a chain, one-hot drafts (q is None)
             depth = min(self.depth, k)
-            tree = dynamic_tree(context[-1], expand, depth, 1, depth + 1)
+            tree = yield from dynamic_tree_steps(context[-1], expand, depth, 1, depth + 1)
         else:
-            tree = dynamic_tree(context[-1], expand, min(self.depth, k), self.top_k, self.total_tokens,
-                                self.expansions)
+            tree = yield from dynamic_tree_steps(context[-1], expand, min(self.depth, k), self.top_k,
+                                                 self.total_tokens, self.expansions)
         self.cache.crop(base)
         return (tree.tokens[1:], None) if self.mode == "chain" else tree

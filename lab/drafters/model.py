@@ -4,8 +4,10 @@ from __future__ import annotations
 import torch
 
 from ..sampling import RandomStream, Sampling, probabilities
+from ..steps import Steps, run_alone
+from ..target.engine import Request
 from ..target.load import engine_for
-from ..trees import DraftTree, dynamic_tree, top_children
+from ..trees import DraftTree, dynamic_tree_steps, top_children
 from ..verify.lossless import race
 
 
@@ -37,21 +39,25 @@ class ModelDraft:
         self.engine.reset()
         self.cached = []
 
-    def _feed(self, context: list[int]) -> torch.Tensor:
+    def _feed(self, context: list[int]) -> Steps:
         """Bring the cache up to `context` (reusing the common prefix); logits for the next token."""
         common = 0
         limit = min(len(self.cached), len(context) - 1)  # always feed at least one token
         while common < limit and self.cached[common] == context[common]:
             common += 1
         self.engine.crop(common)
-        logits = self.engine.forward(context[common:], last_only=True).logits[-1].cpu()
+        scored = yield Request(self.engine, context[common:], last_only=True)
         self.cached = list(context)
-        return logits
+        return scored.logits[-1].cpu()
 
     def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream):
+        return run_alone(self.propose_steps(context, k, s, rng))
+
+    def propose_steps(self, context: list[int], k: int, s: Sampling, rng: RandomStream) -> Steps:
+        """k drafts and their q (None when greedy), the draft model's forwards handed out (lab/steps.py)."""
         drafts, qs, rows, seq = [], [], [], list(context)
         for _ in range(k):
-            logits = self._feed(seq)
+            logits = yield from self._feed(seq)
             if s.greedy:  # one-hot drafts: the argmax is all verification needs
                 x = int(logits.argmax())
                 rows.append(logits)
@@ -101,23 +107,25 @@ class TreeModelDraft(ModelDraft):
         super().__init__(model)
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
 
-    def propose(self, context: list[int], k: int, s: Sampling, rng: RandomStream) -> DraftTree:
-        root_logp = torch.log_softmax(self._feed(context), -1)
+    def propose_steps(self, context: list[int], k: int, s: Sampling, rng: RandomStream) -> Steps:
+        """The dynamic tree, the draft model's forwards handed out (lab/steps.py)."""
+        root_logp = torch.log_softmax((yield from self._feed(context)), -1)
         base = len(context)  # cache: the context (root included), then fed tree nodes
         slot: dict[int, int] = {}
 
-        def expand(tree: DraftTree, frontier: list[int], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        def expand(tree: DraftTree, frontier: list[int], k: int) -> Steps:
             if frontier == [0]:
                 return top_children(root_logp[None], k)
             mask = frontier_mask(tree, frontier, slot, base, self.engine.length)
             depths = tree.depths()
             positions = torch.tensor([base - 1 + depths[node] for node in frontier])
-            logits = self.engine.forward([tree.tokens[f] for f in frontier], mask=mask, positions=positions).logits
-            return top_children(torch.log_softmax(logits.cpu(), -1), k)
+            scored = yield Request(self.engine, [tree.tokens[f] for f in frontier], mask=mask, positions=positions)
+            return top_children(torch.log_softmax(scored.logits.cpu(), -1), k)
 
         # the tree must leave room for its bonus token within max_new_tokens
         depth = max(0, min(self.depth, k))
-        tree = dynamic_tree(context[-1], expand, depth, self.top_k, self.total_tokens, self.expansions)
+        tree = yield from dynamic_tree_steps(context[-1], expand, depth, self.top_k, self.total_tokens,
+                                             self.expansions)
         self.engine.crop(base)
         self.cached = list(context)
         return tree

@@ -19,19 +19,22 @@ class Scored:
 
 @dataclass
 class Request:
-    """One sequence's forward, as `Engine.forward`'s arguments of the same names; a batched forward
-    (`lab.target.exact.forward_batch`) takes one per sequence."""
+    """One sequence's forward on `engine` (its model and KV cache), as `Engine.forward`'s arguments of
+    the same names; a batched forward (`lab.target.exact.forward_batch`) takes one per sequence."""
+    engine: "Engine"
     tokens: list[int] | torch.Tensor | None
     mask: torch.Tensor | None = None
     positions: torch.Tensor | None = None
     hidden_layers: tuple[int, ...] = ()
     last_only: bool = False
     embeds: torch.Tensor | None = None
+    logits: bool = True
 
-    def run(self, engine) -> Scored:
-        """This forward on one engine alone."""
-        return engine.forward(self.tokens, mask=self.mask, positions=self.positions,
-                              hidden_layers=self.hidden_layers, last_only=self.last_only, embeds=self.embeds)
+    def run(self) -> Scored:
+        """This forward on its engine alone."""
+        return self.engine.forward(self.tokens, mask=self.mask, positions=self.positions,
+                                   hidden_layers=self.hidden_layers, last_only=self.last_only, embeds=self.embeds,
+                                   logits=self.logits)
 
 
 def allowed_keys(mask: torch.Tensor | None, n: int, cached: int) -> torch.Tensor:

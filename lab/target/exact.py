@@ -279,25 +279,28 @@ class ExactEngine:
                 positions: torch.Tensor | None = None, hidden_layers: tuple[int, ...] = (),
                 last_only: bool = False, embeds: torch.Tensor | None = None, logits: bool = True) -> Scored:
         """As `Engine.forward`."""
-        return forward_batch([self], [Request(tokens, mask, positions, hidden_layers, last_only, embeds)], logits)[0]
+        return forward_batch([Request(self, tokens, mask, positions, hidden_layers, last_only, embeds, logits)])[0]
 
 
 @torch.inference_mode()
-def forward_batch(engines: list[ExactEngine], requests: list[Request], logits: bool = True) -> list[Scored]:
-    """One forward of the target over several sequences, each with its own engine (KV cache) and its
-    own `Request`: the rows of all requests go through the linears, norms and SwiGLU together, and
-    each sequence's rows attend over its own cache. Since every step computes a row on its own, each
+def forward_batch(requests: list[Request]) -> list[Scored]:
+    """One forward of a model over several sequences, each request on its own engine (KV cache) of
+    that model: the rows of all requests go through the linears, norms and SwiGLU together, and each
+    sequence's rows attend over its own cache. Since every step computes a row on its own, each
     sequence gets the same bits as its own `forward` would give it. The requests ask for the same
-    hidden layers (one drafter kind per batch); `last_only` may differ (a prompt's prefill beside
-    another sequence's cycle)."""
-    if not engines or len(engines) != len(requests) or len({id(e) for e in engines}) != len(engines):
+    hidden layers and logits (one drafter kind per batch); `last_only` may differ (a prompt's
+    prefill beside another sequence's cycle)."""
+    engines = [r.engine for r in requests]
+    if not engines or len({id(e) for e in engines}) != len(engines):
         raise ValueError("forward_batch takes one request for each of several distinct engines")
+    if not all(isinstance(e, ExactEngine) for e in engines):
+        raise ValueError("forward_batch runs on exact engines (lab.target.load.engine_for of a bfloat16 model)")
     w, lib, threads = engines[0].w, ops(), torch.get_num_threads()
     if any(e.w is not w for e in engines):
         raise ValueError("forward_batch takes engines of one model")
-    hidden_layers = requests[0].hidden_layers
-    if any(r.hidden_layers != hidden_layers for r in requests):
-        raise ValueError("forward_batch takes requests for the same hidden layers")
+    hidden_layers, logits = requests[0].hidden_layers, requests[0].logits
+    if any((r.hidden_layers, r.logits) != (hidden_layers, logits) for r in requests):
+        raise ValueError("forward_batch takes requests for the same hidden layers and logits")
     xs, allowed, angles, spans = [], [], [], []
     for engine, r in zip(engines, requests):
         if r.embeds is None:
