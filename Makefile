@@ -25,10 +25,18 @@ setup-browser:
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)) \
 		|| echo "[setup-browser] could not install chromium: tests/test_browser.py will be skipped"
 
-# llama.cpp for `--methods llamacpp`, built from source (~10 min; AMX off: it faults on some of these CPUs).
+# llama.cpp for the llamacpp methods: llama-cpp-python built from its source (~10 min; AMX off: it faults on
+# some of these CPUs; AVX-512 where this CPU has it, since a build with it faults on a CPU without), and the
+# source's own conversion script and gguf package unpacked into .cache/llama.cpp (the BF16 and Q4_0 files).
+LLAMACPP := llama_cpp_python-0.3.36
+AVX512 := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo ON || echo OFF)
 peers: setup
-	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_AVX512=ON" \
-		$(PY) -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d .cache/llama.cpp
+	$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+		-DGGML_AMX_BF16=OFF -DGGML_AVX512=$(AVX512)" $(PY) -m pip install --quiet --no-cache-dir .cache/llama.cpp/$(LLAMACPP).tar.gz
+	tar -xzf .cache/llama.cpp/$(LLAMACPP).tar.gz -C .cache/llama.cpp --strip-components=3 \
+		$(addprefix $(LLAMACPP)/vendor/llama.cpp/,convert_hf_to_gguf.py conversion gguf-py)
+	$(PY) -m pip install --quiet sentencepiece==0.2.3
 
 # AR, prompt lookup and EAGLE-2 on 4 MT-Bench prompts, on the exact bfloat16 engine (its tree from this machine's tuning).
 demo: setup

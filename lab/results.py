@@ -14,6 +14,8 @@ from pathlib import Path
 
 from .artifacts import atomic_write, ignored_by_git, repo_path
 from .bench import format_table, head_file, verification_line
+from .bench.llamacpp import llamacpp_headline
+from .bench.report import format_repeats
 from .bench.batch import batch_headline, format_batch_table
 from .bench.endtoend import format_end_to_end
 from .costmodel import choice_row
@@ -205,11 +207,8 @@ def _headline_exact(result: dict) -> str:
             f"prompt lookup {_ratio(m, 'hf-pld')}")
 
 
-def _headline_llamacpp(result: dict) -> str:
-    m = result["methods"]
-    return (f"the lab's `eagle2` {m['eagle2']['tokens_per_s']:.0f} tok/s, "
-            f"llama.cpp {m['llamacpp']['tokens_per_s']:.0f} "
-            f"tok/s (its Q4_1 arithmetic differs, so not identical by design)")
+def _llamacpp_runs() -> list[dict]:
+    return [_load(path) for path in LLAMACPP_RUNS if path.exists()]
 
 
 def _headline_eagle3(result: dict) -> str:
@@ -221,10 +220,11 @@ def _headline_eagle3(result: dict) -> str:
 
 
 # The README's headline table: (what, the notebook that explains it, result file, its sentence).
-EXACT_BENCH, EXACT_PEERS = RESULTS_DIR / "bench_exact_bf16.json", RESULTS_DIR / "bench_exact_bf16_llamacpp.json"
+EXACT_BENCH = RESULTS_DIR / "bench_exact_bf16.json"
+LLAMACPP_RUNS = [RESULTS_DIR / f"bench_llamacpp_{run}.json" for run in (1, 2, 3)]  # `make run E=bench-llamacpp`
 HEADLINES = (
     ("lossless speculative decoding on the exact bfloat16 engine", "01, 05", EXACT_BENCH, _headline_exact),
-    ("against llama.cpp on the same GGUF file", "01", EXACT_PEERS, _headline_llamacpp),
+    ("against llama.cpp on the same machine", "01", LLAMACPP_RUNS[0], lambda _: llamacpp_headline(_llamacpp_runs())),
     ("EAGLE-3 against EAGLE-2, one tree (4, 6, 24), float32", "06", RESULTS_DIR / "bench_eagle3_tree24.json",
      _headline_eagle3),
     ("speculation as the batch grows, on the exact engine", "08", RESULTS_DIR / "bench_batch.json", batch_headline),
@@ -329,6 +329,9 @@ def render_results() -> str:
     if skipped:
         lines += ["Other results here (no `methods` key: not a benchmark table; a chapter reads them): "
                   + ", ".join(f"`{repo_path(p)}` ({rerun_line(p)})" for p, _ in skipped) + ".", ""]
+    runs = _llamacpp_runs()
+    if runs:
+        lines += ["### llama.cpp, the runs side by side", "", format_repeats(runs), ""]
     return "\n".join(lines + _end_to_end() + _judge_quality() + _notebooks() + _catalogue()
                      + _tree_choices()).rstrip() + "\n"
 

