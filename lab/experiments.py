@@ -213,7 +213,7 @@ EXPERIMENTS: dict[str, Experiment] = {
                                  "prompt lookup) beside the exact engine's AR and EAGLE-2, three runs (needs `make "
                                  "peers`)", 12, tuple(
         _bench(f"bench_llamacpp_{run}", "--methods ar,eagle2,llamacpp,llamacpp-q4_0,llamacpp-bf16,llamacpp-pld "
-               "--dtype bfloat16 --eagle-head eagle1-gpu") for run in (1, 2, 3))),
+               "--dtype bfloat16 --eagle-head eagle1-gpu --breakdown") for run in (1, 2, 3))),
     "medusa-heads": Experiment("Medusa-1 heads on the target's cached top features (40 CPU-minutes)", 45, (
         _head("medusa", "train medusa --minutes 40"),)),
     "bench-draftless": Experiment("drafting without a separate draft model, prompt lookup (a chain, a tree), Lookahead "
