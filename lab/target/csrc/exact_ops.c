@@ -11,7 +11,7 @@
  * one-token forward would otherwise pay.
  *
  * Layouts: the residual stream x is float32 [n, hidden]; bfloat16 tensors are uint16 bits;
- * per layer the cache holds keys transposed, float32 [kv_heads, head_dim, capacity] (so 16
+ * per layer the cache holds keys transposed, float32 [kv_heads, head_dim, capacity] (so LANES
  * consecutive keys are one vector), and values as float32 [kv_heads, capacity, head_dim]. head_dim and hidden must
  * be multiples of 16 (checked in Python).
  */
@@ -20,7 +20,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A vector's lanes: 16 floats with AVX-512, 8 with AVX2 (whose 16 registers would otherwise hold
+ * each 16-lane value in two, spilling the partial sums to memory: 4x slower attention). Each
+ * machine computes with its own width, the same for every call, so a row's bits never depend on
+ * the rows that come with it; two machines' bits may differ, as their products do. */
+#ifdef __AVX512F__
 #define LANES 16
+#else
+#define LANES 8
+#endif
 
 static inline float from_bf16(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -38,41 +46,41 @@ static inline uint16_t to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-/* 16 floats (or ints) as one value: GCC's vector extensions, so that the kernel's lanes are
- * explicit (AVX-512 with -march=native) and its order of operations is fixed by the source */
-typedef float f16 __attribute__((vector_size(64)));
-typedef int32_t i16 __attribute__((vector_size(64)));
+/* LANES floats (or ints) as one value: GCC's vector extensions, so that the kernel's lanes are
+ * explicit (AVX-512 or AVX2 with -march=native) and its order of operations is fixed by the source */
+typedef float vf __attribute__((vector_size(4 * LANES)));
+typedef int32_t vi __attribute__((vector_size(4 * LANES)));
 
-static inline f16 load16(const float *src) {
-    f16 v;
+static inline vf loadv(const float *src) {
+    vf v;
     memcpy(&v, src, sizeof v);
     return v;
 }
 
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint16_t vbf __attribute__((vector_size(2 * LANES)));
+typedef uint32_t vu __attribute__((vector_size(4 * LANES)));
 
-/* 16 bfloat16 values widened to float32, and 16 float32 values rounded to bfloat16: the same
+/* LANES bfloat16 values widened to float32, and LANES float32 values rounded to bfloat16: the same
  * bits as from_bf16 and to_bf16 lane by lane, in a few vector instructions */
-static inline f16 load_bf16x16(const uint16_t *src) {
-    u16x16 h;
+static inline vf load_bf16v(const uint16_t *src) {
+    vbf h;
     memcpy(&h, src, sizeof h);
-    const u32x16 u = __builtin_convertvector(h, u32x16) << 16;
-    f16 f;
+    const vu u = __builtin_convertvector(h, vu) << 16;
+    vf f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline void store_bf16x16(uint16_t *dst, f16 f) {
-    u32x16 u;
+static inline void store_bf16v(uint16_t *dst, vf f) {
+    vu u;
     memcpy(&u, &f, sizeof u);
-    const u32x16 nan = (u32x16)((u & 0x7fffffffu) > 0x7f800000u);  /* all ones where NaN */
-    const u32x16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const u16x16 h = __builtin_convertvector((rounded & ~nan) | (((u >> 16) | 0x40u) & nan), u16x16);
+    const vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);  /* all ones where NaN */
+    const vu rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const vbf h = __builtin_convertvector((rounded & ~nan) | (((u >> 16) | 0x40u) & nan), vbf);
     memcpy(dst, &h, sizeof h);
 }
 
-/* a fixed-order sum of a[c] * b[c]: 16 lanes, then the lanes folded in halves */
+/* a fixed-order sum of a[c] * b[c]: LANES lanes, then the lanes folded in halves */
 static float dot(const float *a, const float *b, int64_t d) {
     float lane[LANES] = {0};
     for (int64_t c = 0; c < d; c += LANES)
@@ -91,13 +99,13 @@ void add_norm(float *x, const uint16_t *delta, const float *weight, float eps, u
         float *xr = x + r * hidden;
         if (delta)
             for (int64_t c = 0; c < hidden; c += LANES) {
-                const f16 sum = load16(xr + c) + load_bf16x16(delta + r * hidden + c);
+                const vf sum = loadv(xr + c) + load_bf16v(delta + r * hidden + c);
                 memcpy(xr + c, &sum, sizeof sum);
             }
         float inv = 1.0f;
         if (weight) inv = 1.0f / sqrtf(dot(xr, xr, hidden) / (float)hidden + eps);
         for (int64_t c = 0; c < hidden; c += LANES)
-            store_bf16x16(out + r * hidden + c, weight ? load16(xr + c) * inv * load16(weight + c) : load16(xr + c));
+            store_bf16v(out + r * hidden + c, weight ? loadv(xr + c) * inv * loadv(weight + c) : loadv(xr + c));
     }
 }
 
@@ -130,34 +138,34 @@ void rope_into_cache(const uint16_t *qkv, const float *cos_, const float *sin_, 
     }
 }
 
-/* exp of 16 values x <= 0 (Cephes' expf: Cody-Waite reduction, degree-6 polynomial, about
+/* exp of LANES values x <= 0 (Cephes' expf: Cody-Waite reduction, degree-6 polynomial, about
  * 1 ulp; below -87 the result is flushed to 2^-126, a weight of nothing) */
-static inline f16 exp16(f16 x) {
-    const f16 low = x - x - 87.0f, magic = x - x + 12582912.0f;  /* 1.5 * 2^23 rounds to an integer */
-    const i16 below = x < low;  /* all ones where x < -87: take -87 there */
-    i16 xi, li;
+static inline vf expv(vf x) {
+    const vf low = x - x - 87.0f, magic = x - x + 12582912.0f;  /* 1.5 * 2^23 rounds to an integer */
+    const vi below = x < low;  /* all ones where x < -87: take -87 there */
+    vi xi, li;
     memcpy(&xi, &x, sizeof xi);
     memcpy(&li, &low, sizeof li);
     xi = (xi & ~below) | (li & below);
     memcpy(&x, &xi, sizeof x);
-    const f16 n = (x * 1.44269504088896341f + magic) - magic;
-    const f16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    f16 p = r - r + 1.9875691500e-4f;
+    const vf n = (x * 1.44269504088896341f + magic) - magic;
+    const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = r - r + 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    const f16 y = p * r * r + r + 1.0f;
-    const i16 bits = (__builtin_convertvector(n, i16) + 127) << 23;
-    f16 two_n;
+    const vf y = p * r * r + r + 1.0f;
+    const vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+    vf two_n;
     memcpy(&two_n, &bits, sizeof two_n);
     return y * two_n;
 }
 
 #define MAX_GROUP 8 /* query heads per KV head the attention kernel takes (checked in Python) */
 
-static inline float fold16(f16 v) {
+static inline float fold(vf v) {
     float lane[LANES];
     memcpy(lane, &v, sizeof lane);
     for (int w = LANES / 2; w > 0; w /= 2)
@@ -167,7 +175,7 @@ static inline float fold16(f16 v) {
 
 /* The attention below for R (1 or 2) rows of one KV head: row i has keys[i], its m[i] allowed
  * positions, p[i] a scratch of group x padded floats, q[i] its group of queries and o[i] its
- * output; block is a d x 16 scratch. The first `shared` entries (a multiple of 16) of the rows'
+ * output; block is a d x LANES scratch. The first `shared` entries (a multiple of LANES) of the rows'
  * key lists are the same positions, so each of their keys and values is loaded once for both
  * rows; every row's arithmetic is exactly what it is alone (R = 1, shared = 0): the same
  * operations on the same values in the same order. Inlined with R and `group` constants (see
@@ -176,7 +184,7 @@ static inline __attribute__((always_inline)) void attend_rows(
         const int R, const float *const *q, const float *ktg, const float *vg, int64_t *const *keys,
         const int64_t *m, int64_t shared, int64_t d, int64_t capacity, int64_t padded, float scale,
         const int group, float *const *p, float *block, uint16_t *const *o) {
-    /* 2. scores, 16 keys per block, one key per lane; four partial sums per head over the
+    /* 2. scores, LANES keys per block, one key per lane; four partial sums per head over the
      *    channels c = 0, 1, 2, 3 mod 4 (independent chains keep the FMA units busy), added in a
      *    fixed order. Blocks before `shared` are scored for all rows at once, later ones row
      *    by row. */
@@ -194,13 +202,13 @@ static inline __attribute__((always_inline)) void attend_rows(
                 src = block;
                 stride = LANES;
             }
-            f16 part[2][MAX_GROUP][4];
+            vf part[2][MAX_GROUP][4];
             for (int r = 0; r < rows; r++)
                 for (int h = 0; h < group; h++)
-                    for (int k = 0; k < 4; k++) part[r][h][k] = (f16){0};
+                    for (int k = 0; k < 4; k++) part[r][h][k] = (vf){0};
             for (int64_t c = 0; c < d; c += 4) {
-                const f16 k0 = load16(src + c * stride), k1 = load16(src + (c + 1) * stride),
-                          k2 = load16(src + (c + 2) * stride), k3 = load16(src + (c + 3) * stride);
+                const vf k0 = loadv(src + c * stride), k1 = loadv(src + (c + 1) * stride),
+                          k2 = loadv(src + (c + 2) * stride), k3 = loadv(src + (c + 3) * stride);
                 for (int r = 0; r < rows; r++)
                     for (int h = 0; h < group; h++) {
                         const float *qh = q[first + r] + h * d + c;
@@ -212,45 +220,45 @@ static inline __attribute__((always_inline)) void attend_rows(
             }
             for (int r = 0; r < rows; r++)
                 for (int h = 0; h < group; h++) {
-                    const f16 score = ((part[r][h][0] + part[r][h][1]) + (part[r][h][2] + part[r][h][3])) * scale;
+                    const vf score = ((part[r][h][0] + part[r][h][1]) + (part[r][h][2] + part[r][h][3])) * scale;
                     memcpy(p[first + r] + h * padded + b, &score, sizeof score);
                 }
         }
     }
-    /* 3. softmax: the max (exact in any order), exp, a 16-lane sum folded in halves */
+    /* 3. softmax: the max (exact in any order), exp, a LANES-lane sum folded in halves */
     for (int i = 0; i < R; i++) {
         const int64_t blocks = (m[i] + LANES - 1) / LANES;
         for (int h = 0; h < group; h++) {
             float *ph = p[i] + h * padded;
-            f16 top16 = load16(ph);
+            vf topv = loadv(ph);
             for (int64_t j = LANES; j + LANES <= m[i]; j += LANES) {
-                const f16 x = load16(ph + j);
-                for (int l = 0; l < LANES; l++) top16[l] = x[l] > top16[l] ? x[l] : top16[l];
+                const vf x = loadv(ph + j);
+                for (int l = 0; l < LANES; l++) topv[l] = x[l] > topv[l] ? x[l] : topv[l];
             }
             float top = -INFINITY;
-            for (int l = 0; l < LANES && l < m[i]; l++) top = top16[l] > top ? top16[l] : top;
+            for (int l = 0; l < LANES && l < m[i]; l++) top = topv[l] > top ? topv[l] : top;
             for (int64_t j = m[i] / LANES * LANES; j < m[i]; j++) top = ph[j] > top ? ph[j] : top;
-            f16 total = {0};
+            vf total = {0};
             for (int64_t b = 0; b < blocks; b++) {
-                f16 e = exp16(load16(ph + b * LANES) - top);
+                vf e = expv(loadv(ph + b * LANES) - top);
                 if (b == blocks - 1)
                     for (int l = (int)(m[i] - b * LANES); l < LANES; l++) e[l] = 0.0f;
                 memcpy(ph + b * LANES, &e, sizeof e);
                 total += e;
             }
-            const float inv = 1.0f / fold16(total);
+            const float inv = 1.0f / fold(total);
             for (int64_t j = 0; j < blocks * LANES; j++) ph[j] *= inv;
         }
     }
-    /* 4. values weighted in key order, 16 channels per lane block; even and odd keys in two
+    /* 4. values weighted in key order, LANES channels per lane block; even and odd keys in two
      *    partial sums (again for independent chains), added at the end. The shared keys (an
      *    even count) for all rows at once, then each row goes on from there alone. */
     for (int64_t c = 0; c < d; c += LANES) {
-        f16 even[2][MAX_GROUP], odd[2][MAX_GROUP];
+        vf even[2][MAX_GROUP], odd[2][MAX_GROUP];
         for (int r = 0; r < R; r++)
-            for (int h = 0; h < group; h++) even[r][h] = odd[r][h] = (f16){0};
+            for (int h = 0; h < group; h++) even[r][h] = odd[r][h] = (vf){0};
         for (int64_t j = 0; j < shared; j += 2) {
-            const f16 v0 = load16(vg + keys[0][j] * d + c), v1 = load16(vg + keys[0][j + 1] * d + c);
+            const vf v0 = loadv(vg + keys[0][j] * d + c), v1 = loadv(vg + keys[0][j + 1] * d + c);
             for (int r = 0; r < R; r++)
                 for (int h = 0; h < group; h++) {
                     even[r][h] += p[r][h * padded + j] * v0;
@@ -262,18 +270,18 @@ static inline __attribute__((always_inline)) void attend_rows(
             const float *pr = p[r];
             int64_t j = shared;
             for (; j + 1 < m[r]; j += 2) {
-                const f16 v0 = load16(vg + kr[j] * d + c), v1 = load16(vg + kr[j + 1] * d + c);
+                const vf v0 = loadv(vg + kr[j] * d + c), v1 = loadv(vg + kr[j + 1] * d + c);
                 for (int h = 0; h < group; h++) {
                     even[r][h] += pr[h * padded + j] * v0;
                     odd[r][h] += pr[h * padded + j + 1] * v1;
                 }
             }
             if (j < m[r]) {
-                const f16 v0 = load16(vg + kr[j] * d + c);
+                const vf v0 = loadv(vg + kr[j] * d + c);
                 for (int h = 0; h < group; h++) even[r][h] += pr[h * padded + j] * v0;
             }
             for (int h = 0; h < group; h++) {
-                const f16 sum = even[r][h] + odd[r][h];
+                const vf sum = even[r][h] + odd[r][h];
                 for (int l = 0; l < LANES; l++) o[r][h * d + c + l] = to_bf16(sum[l]);
             }
         }
@@ -284,8 +292,8 @@ static inline __attribute__((always_inline)) void attend_rows(
  * [hkv, capacity, d]; the first t positions valid), each (row, KV head) as if alone:
  *   1. the row's allowed keys, gathered in cache order (a prefix plus the row's ancestors, so
  *      the same keys in the same order as when the position is scored alone);
- *   2. scores for 16 keys at a time, one key per lane (keys that are not contiguous in the
- *      cache are first copied into a 16-wide block, so the arithmetic is the same either way);
+ *   2. scores for LANES keys at a time, one key per lane (keys that are not contiguous in the
+ *      cache are first copied into a LANES-wide block, so the arithmetic is the same either way);
  *   3. softmax in float32;
  *   4. the weighted sum of values in key order.
  * Every step depends on the row's own keys only. Rows go in pairs, which share the loads of
@@ -346,8 +354,8 @@ void tree_attention(const float *q, const float *kt, const float *v, const uint8
 }
 
 /* where mask (all ones) a, else b */
-static inline f16 select16(i16 mask, f16 a, f16 b) {
-    i16 ai, bi;
+static inline vf selectv(vi mask, vf a, vf b) {
+    vi ai, bi;
     memcpy(&ai, &a, sizeof ai);
     memcpy(&bi, &b, sizeof bi);
     ai = (ai & mask) | (bi & ~mask);
@@ -355,16 +363,16 @@ static inline f16 select16(i16 mask, f16 a, f16 b) {
     return a;
 }
 
-/* silu(g) = g / (1 + exp(-g)) for 16 values, with exp16 (which takes arguments <= 0):
+/* silu(g) = g / (1 + exp(-g)) for LANES values, with expv (which takes arguments <= 0):
  * e = exp(-|g|), and g / (1 + e) for g >= 0, g * e / (1 + e) below */
-static inline f16 silu16(f16 g) {
-    const f16 zero = g - g, one = zero + 1.0f;
-    const i16 negative = g < zero;
-    const f16 e = exp16(select16(negative, g, -g));
-    return g * (select16(negative, e, one) / (one + e));
+static inline vf siluv(vf g) {
+    const vf zero = g - g, one = zero + 1.0f;
+    const vi negative = g < zero;
+    const vf e = expv(selectv(negative, g, -g));
+    return g * (selectv(negative, e, one) / (one + e));
 }
 
-/* gate_up bfloat16 [n, 2 i] (gate, then up) -> silu(gate) * up in bfloat16 [n, i]; 16 columns
+/* gate_up bfloat16 [n, 2 i] (gate, then up) -> silu(gate) * up in bfloat16 [n, i]; LANES columns
  * at a time (a partial last block padded with zeros), so a value depends on its own inputs only */
 void swiglu(const uint16_t *gate_up, uint16_t *out, int64_t n, int64_t inner, int threads) {
 #pragma omp parallel for num_threads(threads) if (n > 4)
@@ -373,14 +381,14 @@ void swiglu(const uint16_t *gate_up, uint16_t *out, int64_t n, int64_t inner, in
         uint16_t *o = out + r * inner;
         int64_t c = 0;
         for (; c + LANES <= inner; c += LANES)
-            store_bf16x16(o + c, silu16(load_bf16x16(gate + c)) * load_bf16x16(up + c));
+            store_bf16v(o + c, siluv(load_bf16v(gate + c)) * load_bf16v(up + c));
         if (c < inner) {
-            f16 g = {0}, u = {0};
+            vf g = {0}, u = {0};
             for (int64_t l = 0; c + l < inner; l++) {
                 g[l] = from_bf16(gate[c + l]);
                 u[l] = from_bf16(up[c + l]);
             }
-            const f16 y = silu16(g) * u;
+            const vf y = siluv(g) * u;
             for (int64_t l = 0; c + l < inner; l++) o[c + l] = to_bf16(y[l]);
         }
     }
