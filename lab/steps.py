@@ -1,7 +1,7 @@
 """Code that needs a model's forward may hand it out instead of running it: written as a generator
 ("steps") that yields each forward as a request (`lab.target.engine.Request`: anything whose `run()`
 scores it) and is sent back the scores. `run_alone` runs such steps one forward at a time;
-`lab.decode.decode_batch` runs the steps of many sequences together, batching the forwards they
+`lab.batched.decode_batch` runs the steps of many sequences together, batching the forwards they
 hand out in the same round."""
 from __future__ import annotations
 

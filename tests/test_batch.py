@@ -1,4 +1,4 @@
-"""Batched decoding (lab.decode.decode_batch on lab.target.exact.forward_batch): every sequence of a
+"""Batched decoding (lab.batched.decode_batch on lab.target.exact.forward_batch): every sequence of a
 batch gets exactly its own single-sequence output, greedy and sampled with its own seed; one batched
 target forward per round serves every unfinished sequence, and the drafters' forwards are batched
 too, at most one per draft step of a cycle; sampling in a batch keeps the target's
@@ -14,8 +14,10 @@ import torch
 from test_cli import lab as run_lab
 from test_verify import chi2_pvalue
 
+import lab.batched
 import lab.decode
-from lab.decode import decode, decode_batch
+from lab.batched import decode_batch
+from lab.decode import decode
 from lab.drafters import EagleDraft, ModelDraft, NoDraft, TreeModelDraft
 from lab.drafters.eagle1 import EagleHead
 from lab.errors import LabError
@@ -83,7 +85,7 @@ def test_one_batched_forward_per_model_and_step_serves_every_unfinished_sequence
     def counted(requests):
         calls.append(("target" if requests[0].engine.model is model else "draft", len(requests)))
         return forward_batch(requests)
-    monkeypatch.setattr(lab.decode, "forward_batch", counted)
+    monkeypatch.setattr(lab.batched, "forward_batch", counted)
     batch_drafters = drafters(model, kind, len(PROMPTS))
     results = decode_batch([ExactEngine(model) for _ in PROMPTS], batch_drafters, PROMPTS, 20, Sampling(), 3,
                            [0] * 5, eos)

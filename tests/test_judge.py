@@ -429,8 +429,12 @@ def test_an_eagle_heads_mined_proposals_are_its_first_drafts_in_decoding(tiny, t
     assert len(proposed) == len(answer)
     for j in range(len(answer)):
         drafter, seen = EagleDraft(head, "chain", depth=1), []
-        propose = drafter.propose
-        drafter.propose = lambda *a, **k: seen.append(propose(*a, **k)) or seen[-1]
+        steps = drafter.propose_steps  # the loop drafts through the steps (lab/steps.py)
+
+        def recorded(*args):
+            seen.append((yield from steps(*args)))
+            return seen[-1]
+        drafter.propose_steps = recorded
         # decoding after the target's answer up to j: the head's first draft is its proposal for answer[j]
         decode(Engine(tiny), drafter, prompt + answer[:j], 2, GREEDY, 1, 0, None)
         assert seen[0][0] == [proposed[j]], j

@@ -12,7 +12,7 @@ LAYERS = {
     "lab.paths": 0, "lab.errors": 0, "lab.options": 0, "lab.artifacts": 0,
     "lab.sampling": 0, "lab.theory": 0, "lab.intervals": 0, "lab.trees": 0, "lab.timing": 0, "lab.steps": 0,
     "lab.target": 1, "lab.verify": 1, "lab.kernels": 1,
-    "lab.data": 2, "lab.decode": 2,
+    "lab.data": 2, "lab.decode": 2, "lab.batched": 2,
     "lab.drafters": 3, "lab.measure": 3, "lab.simulate": 3,
     "lab.costmodel": 4, "lab.judge": 4,
     "lab.train": 5, "lab.bench": 5,

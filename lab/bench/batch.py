@@ -1,5 +1,5 @@
 """`python -m lab bench --batch-size 1,2,4,...`: the lossless methods of the lab's loop decoding
-groups of b prompts at once on the exact engine (`lab.decode.decode_batch`), each method against
+groups of b prompts at once on the exact engine (`lab.batched.decode_batch`), each method against
 batched AR at the same b, beside the cost model's prediction from T(b, n) measured on the same
 engine. Every b runs in one process, the methods interleaved group by group."""
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 from ..artifacts import command_line, git_commit, machine, write_json
 from ..costmodel import batch_speedups
 from ..data import Prompt, chat_ids
-from ..decode import DecodeResult, decode_batch
+from ..batched import decode_batch
+from ..decode import DecodeResult
 from ..errors import LabError
 from ..measure import exact_batch_latency
 from ..sampling import prompt_seed
