@@ -6,7 +6,8 @@ import sys
 import pytest
 
 import lab.bench.llamacpp as llamacpp
-from lab.bench.llamacpp import LLAMACPP_METHODS, gguf_file, llamacpp_headline
+from lab.bench.llamacpp import gguf_file, llamacpp_headline
+from lab.bench.setup import LLAMACPP_METHODS
 from lab.bench.report import format_repeats
 from lab.errors import LabError
 

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -22,11 +23,8 @@ from ..errors import LabError
 from ..paths import CACHE_DIR
 from ..sampling import prompt_seed
 from ..target.load import GGUF_NAME, load_target, load_tokenizer, wheel_file
+from .setup import LLAMACPP_METHODS, Setup
 
-# method -> (weights, prompt-lookup draft tokens or None): llama-cpp-python's README suggests 2
-# draft tokens on a CPU-only machine (10 on a GPU)
-LLAMACPP_METHODS = {"llamacpp": ("q4_1", None), "llamacpp-q4_0": ("q4_0", None), "llamacpp-bf16": ("bf16", None),
-                    "llamacpp-pld": ("q4_1", 2)}
 SOURCE = CACHE_DIR / "llama.cpp"  # convert_hf_to_gguf.py, conversion/ and gguf-py/ from the sdist
 HINT = "run `make peers` (builds llama-cpp-python, about 10 minutes, and unpacks its conversion script)"
 
@@ -65,7 +63,8 @@ def _convert_bf16(out: Path) -> None:
         done = subprocess.run([sys.executable, str(script), folder, "--outtype", "bf16", "--outfile", str(partial)],
                               env=env, capture_output=True, text=True)
         if done.returncode:
-            raise LabError(f"llama.cpp's conversion failed: {done.stderr.strip().splitlines()[-1]}")
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise LabError(f"llama.cpp's conversion failed: {last}")
         partial.rename(out)
 
 
@@ -80,7 +79,7 @@ def _quantize_q4_0(out: Path) -> None:
     partial.rename(out)
 
 
-def llamacpp_runner(setup, method: str):
+def llamacpp_runner(setup: Setup, method: str) -> Callable[[list[int], int, int], DecodeResult]:
     """A bench runner for one llama.cpp method: `n_threads` the lab's threads, the prompt's prefill
     timed as in the lab's loop, no prompt cache carried over between prompts."""
     llama_cpp = _llama_cpp()

@@ -16,9 +16,9 @@ from ..errors import LabError
 from ..sampling import prompt_seed
 from ..target.load import engine_for
 from ..verify.lossy import TopKRule
-from .llamacpp import LLAMACPP_METHODS, llamacpp_runner, llamacpp_settings
-from .setup import (EAGLE3_METHODS, EAGLE_METHODS, LOOKUP_METHODS, LOSSY_METHODS, METHODS, PEERS, STATIC_METHODS, Setup,
-                    is_method, lookahead_config)
+from .llamacpp import llamacpp_runner, llamacpp_settings
+from .setup import (EAGLE3_METHODS, EAGLE_METHODS, LLAMACPP_METHODS, LOOKUP_METHODS, LOSSY_METHODS, METHODS, PEERS,
+                    STATIC_METHODS, Setup, is_method, lookahead_config)
 
 Runner = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, prompt index, max new tokens)
 

@@ -18,8 +18,7 @@ from ..judge.sandbox import run_python
 from ..judge.tasks import humaneval_program
 from ..target.load import engine_kind
 from .methods import make_runner, method_settings
-from .llamacpp import LLAMACPP_METHODS
-from .setup import LOSSY_METHODS, PEERS, TIE_GAP, Setup
+from .setup import LLAMACPP_METHODS, LOSSY_METHODS, PEERS, TIE_GAP, Setup
 
 CYCLE_PHASES = ("propose", "forward", "verify", "commit", "loop")  # where a cycle's time goes, in order
 

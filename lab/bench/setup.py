@@ -18,9 +18,12 @@ from ..sampling import Sampling
 from ..timing import fastest
 from ..target.load import load_draft, load_target, load_tokenizer, make_draft, tiny_target
 from ..verify.lossy import JudgeRule
-from .llamacpp import LLAMACPP_METHODS
 from .options import DecodeOptions, tree_triple
 
+# llama.cpp (lab/bench/llamacpp.py): method -> (weights, prompt-lookup draft tokens or None); llama-cpp-python's
+# README suggests 2 draft tokens on a CPU-only machine (10 on a GPU)
+LLAMACPP_METHODS = {"llamacpp": ("q4_1", None), "llamacpp-q4_0": ("q4_0", None), "llamacpp-bf16": ("bf16", None),
+                    "llamacpp-pld": ("q4_1", 2)}
 METHODS = ("ar", "sd", "sd-tree", "pld", "pld-tree", "lookahead", "medusa", "eagle1", "eagle2", "eagle3",
            "eagle3-static", "judge", "topk", "hf", "hf-assisted", "hf-pld", *LLAMACPP_METHODS)
 LOOKUP_METHODS = {"pld": 1, "pld-tree": 4}  # prompt lookup: the continuations each cycle drafts (a chain, a tree)
