@@ -14,10 +14,10 @@ from pathlib import Path
 
 from .artifacts import atomic_write, ignored_by_git, repo_path
 from .bench import format_table, head_file, verification_line
-from .bench.llamacpp import llamacpp_headline
-from .bench.report import format_repeats
 from .bench.batch import batch_headline, format_batch_table
 from .bench.endtoend import format_end_to_end
+from .bench.llamacpp import llamacpp_headline
+from .bench.report import format_repeats
 from .costmodel import choice_row
 from .errors import LabError
 from .experiments import EXPERIMENTS, experiment_of

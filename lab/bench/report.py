@@ -94,8 +94,6 @@ def drafting_line(result: dict) -> str | None:
         for name, s in trees)
 
 
-
-
 def format_repeats(results: list[dict], best: str = "eagle2") -> str:
     """Several runs of one bench command (the same methods and prompts, each run interleaved):
     every method's tok/s in each run and the median, and the median over runs of `best`'s ratio to
