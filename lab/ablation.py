@@ -1,11 +1,64 @@
-"""Notebook 06's one-factor comparisons: the five heads `python -m lab run eagle3-ablation` trains and
-the three of `python -m lab run eagle3-levers` (two stages of `train eagle3` each), the pairs the
-chapter compares and the one option each pair may differ in (`differences` checks it, at every
-stage), and what each head cost.
+"""Notebook 06's one-factor comparisons: how each head is trained (the (file, command) runs of the
+experiments `eagle3-ablation`, `eagle3-levers`, `eagle3-levers2` and `eagle3-draws`, two stages of
+`train eagle3` a head, then `tau`), the pairs the chapter compares and the options each pair may
+differ in (`differences` checks it, at every stage), and what each head cost.
 """
 from __future__ import annotations
 
 from .drafters.heads import head_manifest, warm_start_chain
+
+# The ablation: one trainer and head class, one schedule (400 plain steps, then 400 that are training-time
+# test or plain); only the manifests ship (the weights stay where they were trained; `tau` reads them there).
+ABLATION = "train eagle3 --max-steps 400 --heldout-every 25 --resume"
+ABLATION_STAGE1 = {"feature": "--taps top --feature-loss 10", "token": "--taps top", "fused": "--taps fused"}
+ABLATION_STAGE2 = {"feature-plain": ("feature", "--ttt-steps 1"), "token-plain": ("token", "--ttt-steps 1"),
+                   "feature-ttt": ("feature", "--ttt-steps 7"), "token-ttt": ("token", "--ttt-steps 7"),
+                   "fused-ttt": ("fused", "--ttt-steps 7")}
+ABLATION_RUNS = (*((f"data/eagle/ablation-{first}-s1.json", f"{ABLATION} --name ablation-{first}-s1 --ttt-steps 1 "
+                    f"{options}") for first, options in ABLATION_STAGE1.items()),
+                 *((f"data/eagle/ablation-{name}.json", f"{ABLATION} --name ablation-{name} --init ablation-{first}-s1 "
+                    f"{ABLATION_STAGE1[first]} {ttt}") for name, (first, ttt) in ABLATION_STAGE2.items()),
+                 ("data/results/eagle3_ablation_tau.json", "tau " + " ".join(f"ablation-{n}" for n in ABLATION_STAGE2)
+                  + " eagle3-full eagle1 --json data/results/eagle3_ablation_tau.json"))
+
+# EAGLE-3's levers at a scale 2 cores train in an hour: a first stage of 200 plain steps, then 200 of
+# training-time test of S steps; float32 products (a CPU without bfloat16 matrix instructions emulates
+# bfloat16 autocast, several times slower). tau of each second stage at a depth-2 tree (the depth this
+# CPU's tunings choose) and at the issue's fixed tree.
+LEVER = "train eagle3 --heldout-every 50 --resume --fp32"
+TAU_TREES = (("_depth2", "2,4,6"), ("", "4,6,24"))
+
+
+def _lever_runs(prefix: str, stage1: dict[str, str], stage2: dict[str, tuple[str, int, str]], tau: str) -> tuple:
+    """stage1: name -> options; stage2: name -> (first stage, S, options); then data/results/TAU*.json."""
+    heads = " ".join(f"{prefix}-{name}" for name in stage2)
+    return (*((f"data/eagle/{prefix}-{name}.json", f"{LEVER} --max-steps 200 --ttt-steps 1 --name {prefix}-{name}"
+               f"{options}") for name, options in stage1.items()),
+            *((f"data/eagle/{prefix}-{name}.json", f"{LEVER} --max-steps 200 --ttt-steps {s} --name {prefix}-{name} "
+               f"--init {prefix}-{first}{options}") for name, (first, s, options) in stage2.items()),
+            *((f"data/results/{tau}{suffix}.json", f"tau {heads} --tree {tree} --json data/results/{tau}{suffix}.json")
+              for suffix, tree in TAU_TREES))
+
+
+# the first set: TTT as deep as the trees drafted on this CPU (2 steps against 7), then normed taps
+LEVER_RUNS = _lever_runs("lever", {"s1": " --taps fused", "normed-s1": " --taps fused-normed"},
+                         {"s7": ("s1", 7, " --taps fused"), "s2": ("s1", 2, " --taps fused"),
+                          "normed-s2": ("normed-s1", 2, " --taps fused-normed")}, "eagle3_levers_tau")
+# the second: a first stage with EAGLE-1's feature loss (then TTT without it), and ShareGPT's replies instead
+# of the target's own answers as the TTT stage's text, beside a baseline trained with them
+LEVERS2_RUNS = _lever_runs("levers2", {"s1": "", "feature-s1": " --feature-loss 10"},
+                           {"s2": ("s1", 2, ""), "feature-s2": ("feature-s1", 2, ""),
+                            "replies-s2": ("s1", 2, " --train-prompts 0 --replies 200000")},
+                           "eagle3_levers2_tau")
+
+# tau against sequence draws along one run per kind: 800 steps of 8 sequences, the head saved every 200
+DRAWS_STEPS, DRAWS_EVERY = 800, 200
+DRAWS = {"eagle3": "train eagle3 --ttt-steps 2 --fp32", "eagle1": "train eagle1"}
+DRAWS_HEADS = tuple(f"draws-{kind}-step{n}" for kind in DRAWS for n in range(DRAWS_EVERY, DRAWS_STEPS + 1, DRAWS_EVERY))
+DRAWS_RUNS = (*((f"data/eagle/draws-{kind}.json", f"{command} --name draws-{kind} --max-steps {DRAWS_STEPS} "
+                 f"--snapshot-every {DRAWS_EVERY} --eval-prompts 0") for kind, command in DRAWS.items()),
+              ("data/results/eagle3_draws_tau.json",
+               f"tau {' '.join(DRAWS_HEADS)} --tree 2,4,6 --json data/results/eagle3_draws_tau.json"))
 
 # (objective, second stage) -> head: the paper's Fig. 4 as a 2 x 2, all on the top tap
 FIG4 = {("feature loss", "plain"): "ablation-feature-plain", ("feature loss", "TTT"): "ablation-feature-ttt",
@@ -34,6 +87,9 @@ PAIRS = (("ablation-feature-plain", "ablation-token-plain", "feature_loss"),
 # this CPU (2 steps against 7, from the same first stage), then each tap RMS-normalised before the fusion
 LEVER_PAIRS = (("lever-s7", "lever-s2", "ttt_steps"),
                ("lever-s2", "lever-normed-s2", "taps"))
+# the second set: the feature loss in the first stage alone; the TTT stage's text (two options name it)
+LEVERS2_PAIRS = (("levers2-s2", "levers2-feature-s2", "feature_loss"),
+                 ("levers2-s2", "levers2-replies-s2", "train_prompts+replies"))
 
 # options that name a run rather than shape it: a head's own name, the head it continues, resuming
 NOT_A_FACTOR = ("name", "init", "resume")

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import ablation
 from .artifacts import write_json
 from .errors import LabError
 from .paths import ROOT
@@ -40,6 +41,10 @@ def _step(out: str, *commands: str, resumes: bool = False) -> Step:
 
 BENCH = "bench --dataset mt_bench --limit 10 --max-new-tokens 128 --temperature 0"
 EAGLE3_BENCH = "bench --limit 10 --max-new-tokens 128 --temperature 0"
+# The EAGLE-3 comparison on the exact engine: the shipped EAGLE-3 head against the EAGLE-1 head nearest it in
+# sequence draws (eagle1) and the GPU-trained one, each run holding all three methods
+COMPARE = ("bench --methods ar,eagle2,eagle3 --eagle3-head eagle3-full --dataset mt_bench --limit 40 "
+           "--max-new-tokens 128 --temperature 0 --dtype bfloat16")
 # Lookahead's (N, W, G), each at most 23 positions per step, 1 + (W + G)(N - 1): a 2-core CPU pays for every one
 # The float32 comparison drafts the trees the bfloat16 runs were tuned to (EAGLE-2 2,4,6; Medusa 6
 # tokens): where the float32 tuning finds no tree that pays it chooses AR, which leaves nothing to compare.
@@ -71,42 +76,10 @@ def _quality(judge: str) -> Step:
 
 NB04 = "--max-steps 300 --train-prompts 640"
 
-# Notebook 06's one-factor ablation: one trainer and head class, one schedule (400 plain steps,
-# then 400 that are training-time test or plain). lab/ablation.py names the heads and the pairs.
-ABLATION = "train eagle3 --max-steps 400 --heldout-every 25 --resume"
-ABLATION_STAGE1 = {"feature": "--taps top --feature-loss 10", "token": "--taps top", "fused": "--taps fused"}
-ABLATION_STAGE2 = {"feature-plain": ("feature", "--ttt-steps 1"), "token-plain": ("token", "--ttt-steps 1"),
-                   "feature-ttt": ("feature", "--ttt-steps 7"), "token-ttt": ("token", "--ttt-steps 7"),
-                   "fused-ttt": ("fused", "--ttt-steps 7")}
+def _runs(runs: tuple[tuple[str, str], ...]) -> tuple[Step, ...]:
+    """Steps of (file, command) pairs: notebook 06's heads and their tau files (lab/ablation.py)."""
+    return tuple(_step(out, command) for out, command in runs)
 
-
-# EAGLE-3's levers at a scale 2 cores train in an hour, one option apart per pair: a fused-tap first stage (200
-# plain steps, plain or normed taps), then 200 steps of training-time test of S steps. Float32 products: a CPU
-# without bfloat16 matrix instructions emulates bfloat16 autocast, several times slower.
-LEVER = "train eagle3 --heldout-every 50 --resume --fp32"
-LEVER_STAGE2 = {"s7": ("fused", 7), "s2": ("fused", 2), "normed-s2": ("fused-normed", 2)}
-
-
-def _lever_steps() -> tuple[Step, ...]:
-    """Each lever head's two stages, then tau of every second stage at the issue's fixed tree and at
-    a depth-2 tree (the depth this CPU's tunings choose)."""
-    stage1 = {"fused": "s1", "fused-normed": "normed-s1"}
-    first = tuple(_step(f"data/eagle/lever-{name}.json",
-                        f"{LEVER} --max-steps 200 --ttt-steps 1 --name lever-{name} --taps {taps}")
-                  for taps, name in stage1.items())
-    second = tuple(_step(f"data/eagle/lever-{name}.json",
-                         f"{LEVER} --max-steps 200 --ttt-steps {s} --name lever-{name} --init lever-{stage1[taps]} "
-                         f"--taps {taps}") for name, (taps, s) in LEVER_STAGE2.items())
-    heads = " ".join(f"lever-{name}" for name in LEVER_STAGE2)
-    return first + second + tuple(_step(f"data/results/eagle3_levers_tau{suffix}.json",
-                                        f"tau {heads} --tree {tree} --json data/results/eagle3_levers_tau{suffix}.json")
-                                  for suffix, tree in (("_depth2", "2,4,6"), ("", "4,6,24")))
-
-
-def _ablation_head(name: str, command: str) -> Step:
-    """An ablation head's step is done when its manifest exists: only the manifests ship (the
-    weights stay in the working tree of whoever trains them; `tau` reads them there)."""
-    return _step(f"data/eagle/{name}.json", f"{ABLATION} --name {name} {command}")
 
 EXPERIMENTS: dict[str, Experiment] = {
     # ---- data, drafts and heads -------------------------------------------------------------
@@ -164,17 +137,15 @@ EXPERIMENTS: dict[str, Experiment] = {
         _head("eagle1-gpu", "train eagle1 --device cuda --batch 64 --replies 980000 --minutes 3.5 --eval-prompts 0 "
                             "--name eagle1-gpu"))),
     "eagle3-ablation": Experiment("notebook 06: feature loss x TTT on the top tap, and the three fused taps; each "
-                                  "head 400 plain steps, then 400 TTT or plain", 90, (
-        *(_ablation_head(f"ablation-{first}-s1", f"--ttt-steps 1 {options}")
-          for first, options in ABLATION_STAGE1.items()),
-        *(_ablation_head(f"ablation-{name}", f"--init ablation-{first}-s1 {ABLATION_STAGE1[first]} {ttt}")
-          for name, (first, ttt) in ABLATION_STAGE2.items()),
-        _step("data/results/eagle3_ablation_tau.json",
-              "tau " + " ".join(f"ablation-{name}" for name in ABLATION_STAGE2) + " eagle3-full eagle1 "
-              "--json data/results/eagle3_ablation_tau.json"))),
+                                  "head 400 plain steps, then 400 TTT or plain", 90, _runs(ablation.ABLATION_RUNS)),
     "eagle3-levers": Experiment("two of EAGLE-3's levers, small: TTT of 2 steps against 7, and normed taps; tau at "
                                 "a depth-2 and at the issue's fixed tree", 70,
-                                _lever_steps()),
+                                _runs(ablation.LEVER_RUNS)),
+    "eagle3-levers2": Experiment("three more levers, small: a first stage with the feature loss, and ShareGPT's "
+                                 "replies as the TTT stage's text, beside a baseline; tau at two trees", 60,
+                                 _runs(ablation.LEVERS2_RUNS)),
+    "eagle3-draws": Experiment("tau against sequence draws along one run of each kind (EAGLE-3 with TTT of 2 "
+                               "steps, EAGLE-1), the head saved every 1,600 draws", 50, _runs(ablation.DRAWS_RUNS)),
     # ---- trees --------------------------------------------------------------------------------
     "tune": Experiment("the tree size of every shipped head on this machine (float32 and bfloat16)", 60, (
         _step("data/eagle/tree_choice.json", "tune tree"),
@@ -245,6 +216,12 @@ EXPERIMENTS: dict[str, Experiment] = {
               f"--eagle-head eagle1-gpu --eagle3-head eagle3-gpu --eagle-tree 4,6,24 "
               f"--json data/results/bench_eagle3_gpu_heads_{tag}.json")
         for tag, dataset in (("tree24", "mt_bench"), ("humaneval", "humaneval")))),
+    "eagle3-compare": Experiment("the shipped EAGLE-3 head against two EAGLE-1 heads, fixed and tuned trees, "
+                                 "40 prompts, three interleaved runs (notebook 06)", 40,
+                                 tuple(_bench(f"eagle3_compare_{name}", options, COMPARE) for name, options in (
+                                     (f"{head}_{tag}_{run}", f"--eagle-head {head} --eagle-tree {tree}")
+                                     for run in (1, 2, 3) for head in ("eagle1", "eagle1-gpu")
+                                     for tag, tree in (("tree24", "4,6,24"), ("tuned", "auto"))))),
     "end-to-end": Experiment("every method on MT-Bench, HumanEval and held-out ShareGPT at T = 0 and 1 (notebook 08)",
                              30, (_step("data/results/end_to_end.json",
                                         "endtoend --methods ar,hf,hf-assisted,hf-pld,sd,pld,lookahead,medusa,eagle1,"

@@ -9,7 +9,8 @@ import torch
 
 from .sampling import probabilities
 from .target.engine import Request
-from .target.exact import ExactEngine, forward_batch, step_seconds
+from .target.exact import ExactEngine, forward_batch
+from .target.products import step_seconds
 from .target.load import engine_for
 from .theory import acceptance_rate
 from .timing import fastest

@@ -11,8 +11,9 @@ from lab.options import from_args
 from lab.train.options import Eagle3Options
 
 
-EXPERIMENT = {"ablation": "eagle3-ablation", "lever": "eagle3-levers"}  # head name prefix -> its experiment
-ALL_PAIRS = ablation.PAIRS + ablation.LEVER_PAIRS
+# head name prefix -> its experiment
+EXPERIMENT = {"ablation": "eagle3-ablation", "lever": "eagle3-levers", "levers2": "eagle3-levers2"}
+ALL_PAIRS = ablation.PAIRS + ablation.LEVER_PAIRS + ablation.LEVERS2_PAIRS
 
 
 def planned_manifest(name: str) -> dict:
@@ -28,13 +29,13 @@ def planned_manifest(name: str) -> dict:
 
 @pytest.mark.parametrize("a, b, factor", ALL_PAIRS)
 def test_each_planned_pair_differs_in_its_factor_alone(a, b, factor):
-    assert ablation.differences(planned_manifest(a), planned_manifest(b)) == {factor}
+    assert ablation.differences(planned_manifest(a), planned_manifest(b)) == set(factor.split("+"))
 
 
 @pytest.mark.parametrize("a, b, factor", ALL_PAIRS)
 def test_each_recorded_pair_differs_in_its_factor_alone(a, b, factor):
-    manifests = ablation.manifests(ALL_PAIRS)
-    assert ablation.differences(manifests[a], manifests[b]) == {factor}
+    manifests = ablation.manifests(((a, b, factor),))
+    assert ablation.differences(manifests[a], manifests[b]) == set(factor.split("+"))
 
 
 def test_table2_rows_and_fig4_neighbours_are_all_compared():
@@ -69,7 +70,9 @@ def test_cost_and_chain_tau_add_up_over_stages():
 
 
 @pytest.mark.parametrize("experiment, pairs, tau_file", [("eagle3-ablation", ablation.PAIRS, "eagle3_ablation_tau"),
-                                                         ("eagle3-levers", ablation.LEVER_PAIRS, "eagle3_levers_tau")])
+                                                         ("eagle3-levers", ablation.LEVER_PAIRS, "eagle3_levers_tau"),
+                                                         ("eagle3-levers2", ablation.LEVERS2_PAIRS,
+                                                          "eagle3_levers2_tau")])
 def test_every_compared_head_is_a_run_experiment_and_ships_its_manifest(experiment, pairs, tau_file):
     outs = {step.out for step in EXPERIMENTS[experiment].steps}
     for name in ablation.manifests(pairs):

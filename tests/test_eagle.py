@@ -452,8 +452,15 @@ def test_train_prompts_keeps_the_first_prompts_and_max_steps_sets_the_schedule(t
     from lab.data import training_items
     data = small_set(12, 2)
     assert [i for _, i, _ in training_items([data], 3)] == [2, 3, 4]
-    with pytest.raises(LabError, match="choose 1 to 10"):
+    with pytest.raises(LabError, match="choose 0 to 10"):
         training_items([data], 11)
+    # 0: none of the regenerated set, so the other sets alone (ShareGPT's replies), never nothing at all
+    replies = small_set(6, 1)
+    assert {s for s, _, _ in training_items([data, replies], 0)} == {1}
+    with pytest.raises(LabError, match="add --replies"):
+        training_items([data], 0)
+    with pytest.raises(LabError, match="--snapshot-every"):
+        Eagle1Options(snapshot_every=-1)
     out = tmp_path / "head.safetensors"
     train_head(Eagle1Options(variant="no-token", minutes=5.0, max_steps=3, eval_prompts=1, train_prompts=3),
                target=tiny, data=data, out=out)

@@ -316,8 +316,15 @@ def test_training_lowers_the_loss_resumes_and_round_trips(tiny, tmp_path, monkey
     import lab.train.checkpoint as checkpoint
     out = tmp_path / "head3.safetensors"
     train_eagle3(Eagle3Options(max_steps=45, lr=1e-2, eval_prompts=1, draft_vocab=2048, batch=2, ttt_steps=2,
-                               heldout_every=15), target=tiny, data=small_set(), out=out, progress=False)
+                               heldout_every=15, snapshot_every=15), target=tiny, data=small_set(), out=out,
+                 progress=False)
     manifest = json.loads(out.with_suffix(".json").read_text())
+    # the head along the run, every 15 steps: the last snapshot is the final head, the first is not
+    snapshots = [out.with_name(f"head3-step{n}.safetensors") for n in (15, 30, 45)]
+    assert all(p.exists() for p in snapshots) and len(list(tmp_path.glob("head3-step*"))) == 3
+    final, last, first = (load_head(tiny, path=p).own_state() for p in (out, snapshots[-1], snapshots[0]))
+    assert all(torch.equal(final[k], last[k]) for k in final)
+    assert any(not torch.equal(final[k], first[k]) for k in final)
     assert manifest["steps"] == 45 and len(manifest["evaluation"]["top1_by_depth"]["rate"]) == 6
     validation = manifest["validation_loss"]  # the held-out loss every 15 steps, and the verdict on it
     assert [step for step, _ in validation["curve"]] == [15, 30, 45]

@@ -14,7 +14,8 @@ from lab.drafters import NoDraft, TreeModelDraft
 from lab.errors import LabError
 from lab.sampling import Sampling
 from lab.target.engine import Engine
-from lab.target.exact import ExactEngine, KernelWeight, packed_linear
+from lab.target.exact import ExactEngine
+from lab.target.products import KernelWeight, packed_linear
 from lab.target.load import engine_for, make_draft, tiny_target
 from lab.trees import DraftTree
 from lab.verify.lossless import children_of
@@ -162,8 +163,7 @@ def test_tree_decoding_in_bfloat16_equals_ar(tokenizer):
 def test_step_seconds_times_every_step_and_leaves_the_forward_as_it_was():
     """`exact_step_latency` splits a forward into its steps (they add up to at most its total),
     and the timed forward computes the same bits as the untimed one, which comes back after."""
-    import lab.target.exact
-
+    import lab.target.products as products
     from lab.measure import exact_step_latency
     model = tiny_target(4).to(torch.bfloat16)
     split = exact_step_latency(model, [1, 6], prefix=20, repeats=2)
@@ -174,11 +174,11 @@ def test_step_seconds_times_every_step_and_leaves_the_forward_as_it_was():
     engine, tokens = engine_for(model), list(range(100, 130))
     untimed = engine.forward(tokens).logits
     engine.reset()
-    with lab.target.exact.step_seconds() as seconds:
+    with products.step_seconds() as seconds:
         timed = engine.forward(tokens).logits
     assert torch.equal(timed, untimed) and seconds["products"] > 0
-    assert lab.target.exact.ops() is not None and not isinstance(lab.target.exact.ops(), lab.target.exact._TimedOps)
-    assert lab.target.exact.packed_linear.__name__ == "packed_linear"
+    assert products.ops() is not None and not isinstance(products.ops(), products._TimedOps)
+    assert products.packed_linear.__name__ == "packed_linear"
 
 
 def test_the_lab_kernel_computes_each_row_alone():
@@ -200,7 +200,8 @@ def test_the_lab_kernel_computes_each_row_alone():
 def test_the_lab_kernel_scores_tiny_trees_as_ar(monkeypatch):
     """The engine with the lab's product kernel, also where oneDNN's would be used."""
     import lab.target.exact
-    monkeypatch.setattr(lab.target.exact, "bf16_support", lambda: "oneDNN's kernels switched off for this test")
+    import lab.target.products
+    monkeypatch.setattr(lab.target.products, "bf16_support", lambda: "oneDNN's kernels switched off for this test")
     model = tiny_target(3).to(torch.bfloat16)
     assert all(isinstance(layer.qkv, KernelWeight) for layer in lab.target.exact.PackedLlama.of(model).layers)
     assert check_trees(model, trials=8, max_nodes=48, max_prefix=200, seed=5) == []

@@ -1,9 +1,10 @@
 """A bench result in words: its table, what it verified against AR, what its EAGLE methods
-drafted with, and repeated runs of one command side by side."""
+drafted with, repeated runs of one command side by side, and two methods compared over such runs."""
 from __future__ import annotations
 
 import statistics
 
+from ..intervals import ratio_bootstrap
 from .run import CYCLE_PHASES
 from .setup import LOSSY_METHODS, PEERS
 
@@ -107,3 +108,25 @@ def format_repeats(results: list[dict], best: str = "eagle2") -> str:
         lines.append(f"| {m} | " + " | ".join(f"{s:.1f}" for s in speeds)
                      + f" | {statistics.median(speeds):.1f} | {statistics.median(ratios):.2f}x |")
     return "\n".join(lines)
+
+
+def compare_pair(results: list[dict], a: str = "eagle2", b: str = "eagle3") -> dict:
+    """Interleaved runs of one greedy bench command holding methods `a` and `b`, both identical to AR
+    (so the same tokens): `b`'s τ over `a`'s as a ratio of target forwards with its bootstrap interval
+    over prompts (τ is the same in every run: the first run's), each run's speed-ups over ar and their
+    medians, and `b`'s speed over `a`'s (a ratio of seconds) in the run with the median ratio, with
+    its interval over prompts. ValueError if a run's outputs differ from AR's."""
+    if not all(r["methods"][m]["identical_to_ar"] for r in results for m in (a, b)):
+        raise ValueError(f"compare_pair compares {a} and {b} where both reproduce AR's tokens")
+
+    def per_prompt(r: dict, m: str, key: str) -> list[float]:
+        rows = r["methods"][m]["per_prompt"]
+        return [len(p["token_ids"]) / p["tau"] if key == "forwards" else p[key] for p in rows]
+    first = results[0]["methods"]
+    speed = [ratio_bootstrap(per_prompt(r, a, "seconds"), per_prompt(r, b, "seconds")) for r in results]
+    median_run = sorted(range(len(results)), key=lambda i: speed[i][0])[len(results) // 2]
+    return {"tau": {a: first[a]["tau"], b: first[b]["tau"]},
+            "tau_ratio": ratio_bootstrap(per_prompt(results[0], a, "forwards"), per_prompt(results[0], b, "forwards")),
+            "speedups": {m: [r["methods"][m]["speedup"] for r in results] for m in (a, b)},
+            "median_speedup": {m: statistics.median(r["methods"][m]["speedup"] for r in results) for m in (a, b)},
+            "speed_ratio": speed[median_run], "prompts": len(first[a]["per_prompt"]), "runs": len(results)}

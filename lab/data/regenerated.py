@@ -91,14 +91,18 @@ class RegenSet:
 
 def training_items(sets: list[RegenSet], prompts: int | None = None) -> list[tuple[int, int, int]]:
     """(set, sequence, prompt length) of every training sequence of `sets`. With `prompts`, only the
-    first that many of the first set and all of the others; LabError if the first set has fewer."""
+    first that many of the first set (0: none of it) and all of the others; LabError if the first set
+    has fewer, or if nothing is left to train on."""
     items = [(s, i, int(d.prompt_lens[i])) for s, d in enumerate(sets) for i in range(len(d.split)) if d.split[i] == 1]
     if prompts is None:
         return items
     own = [item for item in items if item[0] == 0]
-    if not 0 < prompts <= len(own):
-        raise LabError(f"--train-prompts {prompts}: choose 1 to {len(own)}, the training prompts this set has")
-    return own[:prompts] + [item for item in items if item[0] != 0]
+    if not 0 <= prompts <= len(own):
+        raise LabError(f"--train-prompts {prompts}: choose 0 to {len(own)}, the training prompts this set has")
+    kept = own[:prompts] + [item for item in items if item[0] != 0]
+    if not kept:
+        raise LabError("--train-prompts 0 leaves nothing to train on: add --replies N (ShareGPT's replies)")
+    return kept
 
 
 @functools.lru_cache(maxsize=1)

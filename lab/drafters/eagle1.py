@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ..errors import LabError
 from ..steps import Steps
 from ..target.engine import Request
-from ..target.exact import fast_linear
+from ..target.products import fast_linear
 from ..target.load import TARGET_NAME, engine_for
 
 VARIANTS = {"eagle1": ("feature", "token"), "no-token": ("feature",), "token-only": ("token",)}

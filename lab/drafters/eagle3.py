@@ -17,7 +17,7 @@ from torch import nn
 
 from ..artifacts import atomic_write
 from ..errors import LabError
-from ..target.exact import fast_linear
+from ..target.products import fast_linear
 from ..target.load import TARGET_NAME
 
 

@@ -15,7 +15,7 @@ from ..data import load_regen
 from ..errors import LabError
 from ..sampling import RandomStream, Sampling
 from ..steps import Steps, run_alone, stepped
-from ..target.exact import fast_linear
+from ..target.products import fast_linear
 from ..trees import DraftTree, Expand, dynamic_tree_steps, top_children
 from .model import frontier_mask
 

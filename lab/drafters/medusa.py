@@ -13,7 +13,7 @@ from torch import nn
 
 from ..errors import LabError
 from ..sampling import RandomStream, Sampling
-from ..target.exact import fast_linear
+from ..target.products import fast_linear
 from ..target.load import TARGET_NAME
 from ..trees import DraftTree, top_children
 from .eagle_draft import static_tree

@@ -1,188 +1,29 @@
 """An exact, fast bfloat16 target forward with `Engine`'s interface. Speculative decoding is lossless
 only if the target computes the same numbers for a position however many positions it scores at
 once; transformers' bfloat16 path does not (library kernels pick their blocking by shape).
-`ExactEngine` runs the Llama forward so that a row's arithmetic depends on that row alone: linears
-packed once for oneDNN and fed MIN_ROWS..BLOCK_ROWS rows per call where oneDNN has bfloat16 kernels
-(AVX-512 or AMX), and elsewhere computed by csrc/exact_ops.c's own product; the rest row by row in
+`ExactEngine` runs the Llama forward so that a row's arithmetic depends on that row alone: the
+linears are `lab.target.products`' row-invariant products, the rest runs row by row in
 csrc/exact_ops.c (float32 residual stream and RMSNorm, RoPE, SwiGLU, attention per (row, head) over
 its allowed keys in cache order); a float32 KV cache grown by doubling. So AR, a chain and a tree
 give bit-identical logits and hidden states for the same position (tests/test_exact.py checks it)."""
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import os
-import platform
-import subprocess
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Callable, Iterator
-
 import torch
 from transformers import LlamaForCausalLM
 
-from ..artifacts import cpu_flags
 from ..errors import LabError
-from ..paths import CACHE_DIR
-from ..timing import Seconds
+from . import products
 from .engine import Request, Scored, allowed_keys
-
-# Rows per packed-linear call: oneDNN may take another kernel for one row, 2..32 rows gave identical
-# rows on every shape checked (tests/test_exact.py checks), and fewer than 4 rows are no faster.
-MIN_ROWS, BLOCK_ROWS = 4, 32
-SOURCE = Path(__file__).resolve().parent / "csrc" / "exact_ops.c"
-
-
-def bf16_support() -> str | None:
-    """Why oneDNN's bfloat16 matrix kernels cannot compute the exact engine's products on this CPU,
-    or None if they can. Where they cannot, the engine computes its products in its own C kernel
-    (`linear_bf16`: as fast as oneDNN for one row, several times slower for blocks of 16 or more)."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return f"the exact bfloat16 engine needs an x86-64 CPU (this is {platform.machine()})"
-    flags = cpu_flags()
-    if not flags & {"avx512_bf16", "amx_bf16"}:
-        return "this CPU has no bfloat16 matrix instructions (avx512_bf16 or amx_bf16)"
-    if not torch.backends.mkldnn.is_available():
-        return "this torch build has no oneDNN (mkldnn)"
-    return None
-
-
-def _compile() -> ctypes.CDLL:
-    """Build lab/target/csrc/exact_ops.c once per source, CPU and compiler (gcc -O3 -march=native)
-    into .cache/kernels/, atomically, and load it."""
-    source = SOURCE.read_bytes()
-    try:
-        compiler = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as err:
-        raise LabError(f"the exact engine compiles a C file and needs gcc ({err}): install gcc, "
-                       "or use --dtype float32 (the transformers engine)") from None
-    key = hashlib.sha256(source + compiler.encode() + " ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
-    out = CACHE_DIR / "kernels" / f"exact_ops-{key}.so"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-        cmd = ["gcc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", str(SOURCE), "-o", str(tmp), "-lm"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[-200:])
-            raise LabError(f"compiling {SOURCE.name} failed: {first.strip()}")
-        tmp.rename(out)
-    # torch has loaded its libgomp already; the library binds to the same OpenMP runtime
-    lib = ctypes.CDLL(str(out))
-    i64, ptr, f32, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
-    signatures = {"add_norm": [ptr, ptr, ptr, f32, ptr, i64, i64, i32],
-                  "rope_into_cache": [ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i32],
-                  "tree_attention": [ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, f32, i32],
-                  "swiglu": [ptr, ptr, i64, i64, i32],
-                  "linear_bf16": [ptr, ptr, ptr, i64, i64, i64, i32]}
-    for name, args in signatures.items():
-        getattr(lib, name).argtypes, getattr(lib, name).restype = args, None
-    return lib
-
-
-_LIB: ctypes.CDLL | None = None
-_OPS: ctypes.CDLL | _TimedOps | None = None  # the library, or within step_seconds its timed view
-
-
-def _library() -> ctypes.CDLL:
-    """lab/target/csrc/exact_ops.c, compiled on first use."""
-    global _LIB
-    if _LIB is None:
-        _LIB = _compile()
-    return _LIB
-
-
-def ops() -> ctypes.CDLL:
-    """The compiled per-row operations (lab/target/csrc/exact_ops.c)."""
-    return _OPS if _OPS is not None else _library()
-
-
-class _TimedOps:
-    """The compiled operations, each call's seconds added to `seconds` under its name."""
-
-    def __init__(self, lib: ctypes.CDLL, seconds: Seconds):
-        self.lib, self.seconds = lib, seconds
-
-    def __getattr__(self, name: str) -> Callable:
-        return self.seconds.wrap(name, getattr(self.lib, name))
-
-
-@contextmanager
-def step_seconds() -> Iterator[Seconds]:
-    """Within it, every `ExactEngine` forward adds its steps' seconds to the yielded dict: "products"
-    (the packed linears, the LM head included) and each C operation by name."""
-    global _OPS, packed_linear
-    seconds = Seconds()
-    untimed_linear = packed_linear
-    _OPS, packed_linear = _TimedOps(_library(), seconds), seconds.wrap("products", untimed_linear)
-    try:
-        yield seconds
-    finally:
-        _OPS, packed_linear = None, untimed_linear
-
-
-class KernelWeight:
-    """A bfloat16 weight [out, in] as csrc/exact_ops.c's `linear_bf16` reads it: panels of 16
-    outputs, [ceil(out / 16), in, 16], the outputs past `out` zero."""
-
-    def __init__(self, weight: torch.Tensor):
-        self.out = weight.shape[0]
-        padded = torch.nn.functional.pad(weight.detach().to(torch.bfloat16), (0, 0, 0, -self.out % 16))
-        self.panels = padded.reshape(-1, 16, weight.shape[1]).transpose(1, 2).contiguous()
-
-
-def _pack(weight: torch.Tensor) -> torch.Tensor | KernelWeight:
-    """A weight ready for `packed_linear`: reordered for oneDNN where it has bfloat16 kernels."""
-    if bf16_support() is None:
-        return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16).contiguous(), None)
-    return KernelWeight(weight)
-
-
-_LINEAR = torch.ops.mkldnn._linear_pointwise.default  # the overload resolved once, not per call
-
-
-def packed_linear(x: torch.Tensor, packed: torch.Tensor | KernelWeight) -> torch.Tensor:
-    """x [n, in] bfloat16 -> [n, out] bfloat16. oneDNN gets calls of MIN_ROWS..BLOCK_ROWS rows
-    (fewer rows are padded with copies of the first), so that every row goes through the same
-    kernel; the lab's kernel computes each row on its own whatever the count."""
-    if isinstance(packed, KernelWeight):
-        x = x.to(torch.bfloat16).contiguous()
-        out = torch.empty(x.shape[0], packed.out, dtype=torch.bfloat16)
-        _library().linear_bf16(x.data_ptr(), packed.panels.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
-                         packed.out, torch.get_num_threads())
-        return out
-    if MIN_ROWS <= x.shape[0] <= BLOCK_ROWS and x.is_contiguous():  # one call (ExactEngine's buffers)
-        return _LINEAR(x, packed, None, "none", [], "")
-    outs = []
-    for start in range(0, x.shape[0], BLOCK_ROWS):
-        block = x[start: start + BLOCK_ROWS]
-        rows = block.shape[0]
-        if rows < MIN_ROWS:
-            block = torch.cat([block, block[:1].expand(MIN_ROWS - rows, -1)])
-        outs.append(_LINEAR(block.contiguous(), packed, None, "none", [], "")[:rows])
-    return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-def fast_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x -> x @ weight.T (+ bias) for drafters: a bfloat16 weight on a CPU packed once for
-    `packed_linear` (torch's own bfloat16 products are slow without AMX), else `F.linear`."""
-    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
-        return lambda x: torch.nn.functional.linear(x, weight, bias)
-    packed, bias = _pack(weight), None if bias is None else bias.detach()
-
-    def linear(x: torch.Tensor) -> torch.Tensor:
-        out = packed_linear(x.to(torch.bfloat16).reshape(-1, x.shape[-1]), packed).reshape(*x.shape[:-1], -1)
-        return out if bias is None else out + bias
-    return linear
+from .products import MIN_ROWS, pack
 
 
 class _Layer:
     def __init__(self, layer: torch.nn.Module):
         a, m = layer.self_attn, layer.mlp
-        self.qkv = _pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
-        self.o = _pack(a.o_proj.weight)
-        self.gate_up = _pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
-        self.down = _pack(m.down_proj.weight)
+        self.qkv = pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+        self.o = pack(a.o_proj.weight)
+        self.gate_up = pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
+        self.down = pack(m.down_proj.weight)
         self.norm1 = layer.input_layernorm.weight.detach().float()
         self.norm2 = layer.post_attention_layernorm.weight.detach().float()
 
@@ -202,7 +43,7 @@ class PackedLlama:
                            "use --dtype float32")
         self.model = model
         # oneDNN computes a row identically in calls of MIN_ROWS or more rows; the lab's kernel in any call
-        self.min_rows = MIN_ROWS if bf16_support() is None else 1
+        self.min_rows = MIN_ROWS if products.bf16_support() is None else 1
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
@@ -220,7 +61,7 @@ class PackedLlama:
     @property
     def lm_head(self) -> torch.Tensor:
         if self._lm_head is None:
-            self._lm_head = _pack(self.model.lm_head.weight)
+            self._lm_head = pack(self.model.lm_head.weight)
         return self._lm_head
 
     @classmethod
@@ -295,10 +136,11 @@ def forward_batch(requests: list[Request]) -> list[Scored]:
         raise ValueError("forward_batch takes one request for each of several distinct engines")
     if not all(isinstance(e, ExactEngine) for e in engines):
         raise ValueError("forward_batch runs on exact engines (lab.target.load.engine_for of a bfloat16 model)")
-    w, lib, threads = engines[0].w, ops(), torch.get_num_threads()
+    w, lib, threads = engines[0].w, products.ops(), torch.get_num_threads()
     if any(e.w is not w for e in engines):
         raise ValueError("forward_batch takes engines of one model")
     hidden_layers, logits = requests[0].hidden_layers, requests[0].logits
+    linear = products.packed_linear  # looked up per call: `products.step_seconds` times it
     if any((r.hidden_layers, r.logits) != (hidden_layers, logits) for r in requests):
         raise ValueError("forward_batch takes requests for the same hidden layers and logits")
     xs, allowed, angles, spans = [], [], [], []
@@ -337,7 +179,7 @@ def forward_batch(requests: list[Request]) -> list[Scored]:
         lib.add_norm(x_ptr, _ptr(delta), layer.norm1.data_ptr(), w.eps, normed_ptr, n, width, threads)
         if i in hidden_layers:
             hidden[i] = x.to(torch.bfloat16)
-        qkv = packed_linear(normed, layer.qkv)
+        qkv = linear(normed, layer.qkv)
         for engine, (q_ptr, cos_ptr, sin_ptr, out_ptr, a, rows_a, allowed_ptr) in zip(engines, row_ptrs):
             keys, values = engine._cache_ptrs[i]
             start = engine.length
@@ -345,11 +187,11 @@ def forward_batch(requests: list[Request]) -> list[Scored]:
                                 hq, hkv, d, engine.capacity, start, threads)
             lib.tree_attention(q_ptr, keys, values, allowed_ptr, out_ptr, rows_a, hq, hkv, d, engine.capacity,
                                start + rows_a, engine.scale, threads)
-        out = packed_linear(attended, layer.o)
+        out = linear(attended, layer.o)
         lib.add_norm(x_ptr, out.data_ptr(), layer.norm2.data_ptr(), w.eps, normed_ptr, n, width, threads)
-        gate_up = packed_linear(normed, layer.gate_up)
+        gate_up = linear(normed, layer.gate_up)
         lib.swiglu(gate_up.data_ptr(), act_ptr, n, w.inner, threads)
-        delta = packed_linear(act, layer.down)
+        delta = linear(act, layer.down)
     lib.add_norm(x_ptr, _ptr(delta), _ptr(w.norm), w.eps, normed_ptr, n, width, threads)
     if len(w.layers) in hidden_layers:
         hidden[len(w.layers)] = normed[:n]
@@ -361,7 +203,7 @@ def forward_batch(requests: list[Request]) -> list[Scored]:
     else:  # the rows each request wants (its last one, or all), in one block of at least w.min_rows rows
         wanted = [range(b - 1, b) if r.last_only else range(a, b) for r, (a, b) in zip(requests, spans)]
         picked = [row for span in wanted for row in span]
-        every = packed_linear(normed[picked + picked[-1:] * (w.min_rows - len(picked))], w.lm_head).float()
+        every = linear(normed[picked + picked[-1:] * (w.min_rows - len(picked))], w.lm_head).float()
         ends = torch.tensor([len(span) for span in wanted]).cumsum(0).tolist()
         scores = [every[end - len(span): end] for span, end in zip(wanted, ends)]
     return [Scored(score, {i: h[a:b] for i, h in hidden.items()}) for score, (a, b) in zip(scores, spans)]

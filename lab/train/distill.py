@@ -19,7 +19,7 @@ from ..paths import CACHE_DIR
 from ..target.load import draft_own_state, draft_path, load_target, make_draft
 from .batches import batches
 from .checkpoint import Checkpoint
-from .loop import Recipe, fit, provenance, seeded
+from .loop import Recipe, fit, provenance, seeded, snapshot_path
 from .options import DraftOptions
 
 MAX_LEN = 384  # tokens per training sequence: the response and as much prompt as fits
@@ -92,11 +92,15 @@ def train_draft(opts: DraftOptions, target=None, data=None, out: Path | None = N
         return loss, round(loss.item(), 4)
 
     stream = batches(lambda: rng.sample(train, opts.batch), lambda seqs: _batch(seqs, pad), torch.device("cpu"))
+    def save(path: Path) -> None:
+        atomic_write(path, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},
+                                                 str(tmp)))
+
     step, spent, losses, _ = fit(draft, loss_of_batch, stream, recipe, ckpt, rng, lambda: draft_own_state(draft),
                               resume=opts.resume, desc=f"draft {opts.layers}L",
-                              postfix=lambda history: {"loss": f"{np.mean(history[-20:]):.3f}"})
-    atomic_write(out, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},
-                                            str(tmp)))
+                              postfix=lambda history: {"loss": f"{np.mean(history[-20:]):.3f}"},
+                              snapshot=lambda n: save(snapshot_path(out, n)), snapshot_every=opts.snapshot_every)
+    save(out)
     regen_manifest = REGEN_DIR / "manifest.json"
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}
     write_json(out.with_suffix(".json"), {

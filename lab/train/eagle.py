@@ -22,7 +22,7 @@ from .batches import batches, budget_key, resolve_device
 from .checkpoint import Checkpoint
 from .evaluate import heldout_evaluation
 from .features import source_features
-from .loop import Recipe, fit, provenance, seeded, started_from
+from .loop import Recipe, fit, provenance, seeded, snapshot_path, started_from
 from .options import Eagle1Options
 
 MAX_LEN = 320          # tokens per training sequence: the response (<= 160) and as much prompt as fits
@@ -115,7 +115,9 @@ def train_head(opts: Eagle1Options, target=None, data: RegenSet | None = None, o
     stream = batches(lambda: [(sources[s][0].ids(i), sources[s][1][i], p)
                               for s, i, p in rng.sample(train, min(opts.batch, len(train)))], _batch, device)
     step, spent, history, _ = fit(head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume,
-                               desc=f"train {variant}", postfix=postfix)
+                               desc=f"train {variant}", postfix=postfix,
+                               snapshot=lambda n: save_head(head, snapshot_path(out, n)),
+                               snapshot_every=opts.snapshot_every)
     head.cpu()  # the evaluation below, and every user of the head, run on the CPU
     target.cpu()
     save_head(head, out)

@@ -21,7 +21,7 @@ from .checkpoint import Checkpoint
 from .eagle import MAX_LEN
 from .evaluate import heldout_evaluation, heldout_indices
 from .features import FeatureSet, source_features
-from .loop import Recipe, converged, fit, provenance, seeded, started_from
+from .loop import Recipe, converged, fit, provenance, seeded, snapshot_path, started_from
 from .options import Eagle3Options
 from .ttt import STEP_DECAY, ttt_loss
 
@@ -128,7 +128,8 @@ def train_eagle3(opts: Eagle3Options, target=None, data: RegenSet | None = None,
     step, spent, history, validation = fit(
         head, loss_of_batch, stream, recipe, ckpt, rng, head.own_state, resume=opts.resume, desc="train eagle3",
         postfix=postfix, show=progress, validate=validate if opts.heldout_every else None,
-        validate_every=opts.heldout_every)
+        validate_every=opts.heldout_every, snapshot=lambda n: save_head(head, snapshot_path(out, n)),
+        snapshot_every=opts.snapshot_every)
     head.cpu()  # the evaluation below, and every user of the head, run on the CPU
     target.cpu()
     save_head(head, out)

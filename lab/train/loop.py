@@ -64,12 +64,15 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
         recipe: Recipe, checkpoint: Checkpoint, rng: random.Random, own_state: Callable[[], dict], *,
         resume: bool = False, desc: str = "train", postfix: Callable[[list], dict] = lambda history: {},
         show: bool = True, validate: Callable[[], float] | None = None,
-        validate_every: int = 0) -> Fitted:
+        validate_every: int = 0, snapshot: Callable[[int], None] | None = None, snapshot_every: int = 0) -> Fitted:
     """Train `model`'s trainable parameters until the recipe's budget is spent, one step per
     `next(batches)`; `loss_of_batch(batch)` returns (loss, record), the record joining the history.
-    `validate()` (no gradient, eval mode) is recorded every `validate_every` steps and after the last.
+    `validate()` (no gradient, eval mode) is recorded every `validate_every` steps and after the last;
+    `snapshot(step)` saves the model every `snapshot_every` steps (the schedule is the whole run's).
     `resume` goes on from `checkpoint`, written through `own_state()` once due. `batches` is closed,
     `model` left in eval mode."""
+    if snapshot_every and snapshot is None:
+        raise ValueError("fit: snapshot_every needs a snapshot function")
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=recipe.lr, betas=BETAS, weight_decay=0.0)
     progress = checkpoint.resume(model, optim, rng) if resume else None
@@ -102,6 +105,8 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
         bar.set_postfix(step=step, **postfix(history))
         if validate_every and step % validate_every == 0:
             record_validation()
+        if snapshot_every and step % snapshot_every == 0:
+            snapshot(step)
         checkpoint.save_if_due(own_state, optim, rng, {"step": step, "spent": spent, "history": history,
                                                        "validation": validation})
     record_validation()
@@ -109,6 +114,11 @@ def fit(model: torch.nn.Module, loss_of_batch: Callable[[Any], tuple[torch.Tenso
     batches.close()
     model.eval()
     return Fitted(step, spent, history, validation)
+
+
+def snapshot_path(out: Path, step: int) -> Path:
+    """Where a run that writes `out` saves its model after `step` steps: data/eagle/NAME-stepN.safetensors."""
+    return out.with_name(f"{out.stem}-step{step}{out.suffix}")
 
 
 def converged(validation: list, tolerance: float = 0.01, tail: float = 0.2) -> dict:

@@ -24,7 +24,7 @@ from .batches import batches, budget_key
 from .checkpoint import Checkpoint
 from .evaluate import RANKS, heldout_indices
 from .features import FeatureSet, target_features
-from .loop import Recipe, fit, provenance, seeded
+from .loop import Recipe, fit, provenance, seeded, snapshot_path
 from .options import MedusaOptions
 
 MAX_LEN = 320     # tokens per training sequence, as the EAGLE heads' (the response and what fits of the prompt)
@@ -124,7 +124,9 @@ def train_medusa(opts: MedusaOptions, target=None, data: RegenSet | None = None,
     stream = batches(lambda: [(data.ids(i), feats[i], p) for _, i, p in rng.sample(train, min(opts.batch, len(train)))],
                      _batch, torch.device("cpu"))
     step, spent, history, _ = fit(heads, loss_of_batch, stream, recipe, ckpt, rng, heads.own_state,
-                                  resume=opts.resume, desc="train medusa", postfix=postfix)
+                                  resume=opts.resume, desc="train medusa", postfix=postfix,
+                                  snapshot=lambda n: save_head(heads, snapshot_path(out, n)),
+                                  snapshot_every=opts.snapshot_every)
     save_head(heads, out)
     regen_manifest = regen_files(False)[1]
     regen = json.loads(regen_manifest.read_text()) if regen_manifest.exists() else {}

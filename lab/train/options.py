@@ -15,7 +15,8 @@ MAX_STEPS = "exactly this many steps instead of a time budget (cosine over the s
 REPLIES = "also train on this many tokens of ShareGPT's original replies"
 REPLY_DTYPE = ("compute the replies' target features in this dtype (bfloat16: much faster on CPUs with matrix "
                "units)")
-TRAIN_PROMPTS = "train on the first N regenerated training prompts only (by default all)"
+TRAIN_PROMPTS = ("train on the first N regenerated training prompts only (by default all; 0: none, with --replies: "
+                 "ShareGPT's replies alone)")
 INIT = "start from the trained head data/eagle/NAME.safetensors"
 
 
@@ -26,6 +27,12 @@ class LoopOptions:
     batch: int = opt(8, "sequences per step")
     seed: int = opt(0, "seed of the initialisation, the data order and the sampling in training")
     resume: bool = opt(False, "go on from the run's checkpoint")
+    snapshot_every: int = opt(0, "every N steps, also save the model so far beside the final file as NAME-stepN "
+                              "(tau against sequence draws along one run; 0: never)")
+
+    def __post_init__(self) -> None:
+        if self.snapshot_every < 0:
+            raise LabError(f"--snapshot-every must be 0 (never) or a number of steps, not {self.snapshot_every}")
 
 
 @dataclass
@@ -80,6 +87,7 @@ class Eagle3Options(LoopOptions):
 
     def __post_init__(self) -> None:
         """Options that would train something other than they say are refused, in one line."""
+        super().__post_init__()
         if self.heldout_every < 0:
             raise LabError(f"--heldout-every must be 0 (never) or a number of steps, not {self.heldout_every}")
         if self.feature_loss < 0:
@@ -97,6 +105,7 @@ class MedusaOptions(LoopOptions):
     lr: float = opt(2e-3, "peak learning rate")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.heads < 1 or self.draft_vocab < 1:
             raise LabError(f"--heads and --draft-vocab must be at least 1, got {self.heads} and {self.draft_vocab}")
 
