@@ -51,14 +51,16 @@ LEVERS2_RUNS = _lever_runs("levers2", {"s1": "", "feature-s1": " --feature-loss 
                             "replies-s2": ("s1", 2, " --train-prompts 0 --replies 200000")},
                            "eagle3_levers2_tau")
 
-# tau against sequence draws along one run per kind: 800 steps of 8 sequences, the head saved every 200
+# tau against sequence draws along one run per kind: 800 steps of 8 sequences, the head saved every 200; the
+# shipped heads scored on the same positions
 DRAWS_STEPS, DRAWS_EVERY = 800, 200
 DRAWS = {"eagle3": "train eagle3 --ttt-steps 2 --fp32", "eagle1": "train eagle1"}
+SHIPPED_HEADS = ("eagle1", "eagle3-full", "eagle1-gpu", "eagle3-gpu")  # where the long runs reached
 DRAWS_HEADS = tuple(f"draws-{kind}-step{n}" for kind in DRAWS for n in range(DRAWS_EVERY, DRAWS_STEPS + 1, DRAWS_EVERY))
 DRAWS_RUNS = (*((f"data/eagle/draws-{kind}.json", f"{command} --name draws-{kind} --max-steps {DRAWS_STEPS} "
                  f"--snapshot-every {DRAWS_EVERY} --eval-prompts 0") for kind, command in DRAWS.items()),
-              ("data/results/eagle3_draws_tau.json",
-               f"tau {' '.join(DRAWS_HEADS)} --tree 2,4,6 --json data/results/eagle3_draws_tau.json"))
+              ("data/results/eagle3_draws_tau.json", f"tau {' '.join(DRAWS_HEADS + SHIPPED_HEADS)} --tree 2,4,6 "
+                                                     "--json data/results/eagle3_draws_tau.json"))
 
 # (objective, second stage) -> head: the paper's Fig. 4 as a 2 x 2, all on the top tap
 FIG4 = {("feature loss", "plain"): "ablation-feature-plain", ("feature loss", "TTT"): "ablation-feature-ttt",
