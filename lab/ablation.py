@@ -51,9 +51,9 @@ LEVERS2_RUNS = _lever_runs("levers2", {"s1": "", "feature-s1": " --feature-loss 
                             "replies-s2": ("s1", 2, " --train-prompts 0 --replies 200000")},
                            "eagle3_levers2_tau")
 
-# tau against sequence draws along one run per kind: 800 steps of 8 sequences, the head saved every 200; the
+# tau against sequence draws along one run per kind: 600 steps of 8 sequences, the head saved every 150; the
 # shipped heads scored on the same positions
-DRAWS_STEPS, DRAWS_EVERY = 800, 200
+DRAWS_STEPS, DRAWS_EVERY = 600, 150
 DRAWS = {"eagle3": "train eagle3 --ttt-steps 2 --fp32", "eagle1": "train eagle1"}
 SHIPPED_HEADS = ("eagle1", "eagle3-full", "eagle1-gpu", "eagle3-gpu")  # where the long runs reached
 DRAWS_HEADS = tuple(f"draws-{kind}-step{n}" for kind in DRAWS for n in range(DRAWS_EVERY, DRAWS_STEPS + 1, DRAWS_EVERY))
@@ -93,8 +93,9 @@ LEVER_PAIRS = (("lever-s7", "lever-s2", "ttt_steps"),
 LEVERS2_PAIRS = (("levers2-s2", "levers2-feature-s2", "feature_loss"),
                  ("levers2-s2", "levers2-replies-s2", "train_prompts+replies"))
 
-# options that name a run rather than shape it: a head's own name, the head it continues, resuming
-NOT_A_FACTOR = ("name", "init", "resume")
+# options that name or record a run rather than shape it: a head's own name, the head it continues, resuming,
+# saving snapshots along the way
+NOT_A_FACTOR = ("name", "init", "resume", "snapshot_every")
 
 
 def recipe(manifest: dict) -> list[dict]:

@@ -145,7 +145,7 @@ EXPERIMENTS: dict[str, Experiment] = {
                                  "replies as the TTT stage's text, beside a baseline; tau at two trees", 60,
                                  _runs(ablation.LEVERS2_RUNS)),
     "eagle3-draws": Experiment("tau against sequence draws along one run of each kind (EAGLE-3 with TTT of 2 "
-                               "steps, EAGLE-1), the head saved every 1,600 draws", 50, _runs(ablation.DRAWS_RUNS)),
+                               "steps, EAGLE-1), the head saved every 1,200 draws", 40, _runs(ablation.DRAWS_RUNS)),
     # ---- trees --------------------------------------------------------------------------------
     "tune": Experiment("the tree size of every shipped head on this machine (float32 and bfloat16)", 60, (
         _step("data/eagle/tree_choice.json", "tune tree"),
