@@ -17,7 +17,7 @@ from .bench import format_table, head_file, verification_line
 from .bench.batch import batch_headline, format_batch_table
 from .bench.endtoend import format_end_to_end
 from .bench.llamacpp import llamacpp_headline
-from .bench.report import format_repeats
+from .bench.report import compare_pair, format_repeats
 from .costmodel import choice_row
 from .errors import LabError
 from .experiments import EXPERIMENTS, experiment_of
@@ -211,22 +211,23 @@ def _llamacpp_runs() -> list[dict]:
     return [_load(path) for path in LLAMACPP_RUNS if path.exists()]
 
 
-def _headline_eagle3(result: dict) -> str:
-    m = result["methods"]
-    better = "the EAGLE-3 head" if m["eagle3"]["tau"] > m["eagle2"]["tau"] else "the EAGLE-1 head"
-    return (f"τ `eagle3` {m['eagle3']['tau']:.2f} against `eagle2` {m['eagle2']['tau']:.2f}; `eagle3` "
-            f"identical to `ar` on {_identical(m['eagle3'])} prompts, `eagle2` on {_identical(m['eagle2'])}: "
-            f"{better} accepts more per cycle here")
+def _headline_eagle3(_: dict) -> str:
+    pair = compare_pair([_load(path) for path in COMPARE_RUNS])
+    ratio, low, high = pair["tau_ratio"]
+    return (f"median of {pair['runs']} runs, heads `eagle3-full` and `eagle1`: τ `eagle3` {pair['tau']['eagle3']:.2f} "
+            f"against `eagle2` {pair['tau']['eagle2']:.2f} ({ratio:.2f}x [{low:.2f}, {high:.2f}] over "
+            f"{pair['prompts']} prompts), {pair['median_speedup']['eagle3']:.2f}x `ar` against "
+            f"{pair['median_speedup']['eagle2']:.2f}x, both identical to `ar` on every prompt")
 
 
 # The README's headline table: (what, the notebook that explains it, result file, its sentence).
 EXACT_BENCH = RESULTS_DIR / "bench_exact_bf16.json"
 LLAMACPP_RUNS = [RESULTS_DIR / f"bench_llamacpp_{run}.json" for run in (1, 2, 3)]  # `make run E=bench-llamacpp`
+COMPARE_RUNS = [RESULTS_DIR / f"eagle3_compare_eagle1_tree24_{run}.json" for run in (1, 2, 3)]  # E=eagle3-compare
 HEADLINES = (
     ("lossless speculative decoding on the exact bfloat16 engine", "01, 05", EXACT_BENCH, _headline_exact),
     ("against llama.cpp on the same machine", "01", LLAMACPP_RUNS[0], lambda _: llamacpp_headline(_llamacpp_runs())),
-    ("EAGLE-3 against EAGLE-2, one tree (4, 6, 24), float32", "06", RESULTS_DIR / "bench_eagle3_tree24.json",
-     _headline_eagle3),
+    ("EAGLE-3 against EAGLE-2 on the exact engine, one tree (4, 6, 24)", "06", COMPARE_RUNS[0], _headline_eagle3),
     ("speculation as the batch grows, on the exact engine", "08", RESULTS_DIR / "bench_batch.json", batch_headline),
 )
 
