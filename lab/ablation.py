@@ -45,7 +45,7 @@ LEVER_RUNS = _lever_runs("lever", {"s1": " --taps fused", "normed-s1": " --taps 
                          {"s7": ("s1", 7, " --taps fused"), "s2": ("s1", 2, " --taps fused"),
                           "normed-s2": ("normed-s1", 2, " --taps fused-normed")}, "eagle3_levers_tau")
 # the second: a first stage with EAGLE-1's feature loss (then TTT without it), and ShareGPT's replies instead
-# of the target's own answers as the TTT stage's text, beside a baseline trained with them
+# of the target's own answers as the TTT stage's text, beside a baseline trained with the same recipe
 LEVERS2_RUNS = _lever_runs("levers2", {"s1": "", "feature-s1": " --feature-loss 10"},
                            {"s2": ("s1", 2, ""), "feature-s2": ("feature-s1", 2, ""),
                             "replies-s2": ("s1", 2, " --train-prompts 0 --replies 200000")},
