@@ -119,14 +119,17 @@ def compare_pair(results: list[dict], a: str = "eagle2", b: str = "eagle3") -> d
     if not all(r["methods"][m]["identical_to_ar"] for r in results for m in (a, b)):
         raise ValueError(f"compare_pair compares {a} and {b} where both reproduce AR's tokens")
 
-    def per_prompt(r: dict, m: str, key: str) -> list[float]:
-        rows = r["methods"][m]["per_prompt"]
-        return [len(p["token_ids"]) / p["tau"] if key == "forwards" else p[key] for p in rows]
+    def seconds(r: dict, m: str) -> list[float]:
+        return [p["seconds"] for p in r["methods"][m]["per_prompt"]]
+
+    def forwards(r: dict, m: str) -> list[float]:  # verification forwards: tokens / τ
+        return [len(p["token_ids"]) / p["tau"] for p in r["methods"][m]["per_prompt"]]
+
     first = results[0]["methods"]
-    speed = [ratio_bootstrap(per_prompt(r, a, "seconds"), per_prompt(r, b, "seconds")) for r in results]
+    speed = [ratio_bootstrap(seconds(r, a), seconds(r, b)) for r in results]
     median_run = sorted(range(len(results)), key=lambda i: speed[i][0])[len(results) // 2]
     return {"tau": {a: first[a]["tau"], b: first[b]["tau"]},
-            "tau_ratio": ratio_bootstrap(per_prompt(results[0], a, "forwards"), per_prompt(results[0], b, "forwards")),
+            "tau_ratio": ratio_bootstrap(forwards(results[0], a), forwards(results[0], b)),
             "speedups": {m: [r["methods"][m]["speedup"] for r in results] for m in (a, b)},
             "median_speedup": {m: statistics.median(r["methods"][m]["speedup"] for r in results) for m in (a, b)},
             "speed_ratio": speed[median_run], "prompts": len(first[a]["per_prompt"]), "runs": len(results)}

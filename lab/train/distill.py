@@ -92,6 +92,7 @@ def train_draft(opts: DraftOptions, target=None, data=None, out: Path | None = N
         return loss, round(loss.item(), 4)
 
     stream = batches(lambda: rng.sample(train, opts.batch), lambda seqs: _batch(seqs, pad), torch.device("cpu"))
+
     def save(path: Path) -> None:
         atomic_write(path, lambda tmp: save_file({k: v.half().contiguous() for k, v in draft_own_state(draft).items()},
                                                  str(tmp)))
