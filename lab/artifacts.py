@@ -97,23 +97,54 @@ def _cpuinfo(key: str) -> str | None:
     return next((ln.split(":", 1)[1].strip() for ln in lines if ln.split(":", 1)[0].strip() == key), None)
 
 
+def _sysctl(*args: str) -> str | None:
+    """What macOS's `sysctl` prints for `args` (None elsewhere, or where it fails): macOS has no /proc."""
+    if platform.system() != "Darwin":
+        return None
+    try:
+        return subprocess.run(["sysctl", *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+# macOS's hw.optional names for the instruction sets the fingerprint and `doctor` name
+_MACOS_FLAGS = {"avx2_0": "avx2", "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512vnni": "avx512_vnni",
+                "neon": "asimd", "arm.feat_bf16": "bf16", "arm.feat_i8mm": "i8mm", "arm.feat_dotprod": "asimddp"}
+
+
 def cpu_flags() -> set[str]:
-    """The instruction-set flags the kernel reports for this CPU (empty where it reports none)."""
-    return set((_cpuinfo("flags") or "").split())
+    """The instruction-set flags this CPU reports, by Linux's names: /proc/cpuinfo's `flags` (x86) or
+    `Features` (arm64), else macOS's sysctl hw.optional; empty where none is reported."""
+    listed = _cpuinfo("flags") or _cpuinfo("Features")
+    if listed is not None:
+        return set(listed.split())
+    optional = _sysctl("hw.optional") or ""
+    present = {ln.split(":")[0].removeprefix("hw.optional.").lower() for ln in optional.splitlines()
+               if ln.rsplit(":", 1)[-1].strip() == "1"}
+    return {name for key, name in _MACOS_FLAGS.items() if key in present}
+
+
+def _l3() -> str:
+    try:
+        return (Path("/sys/devices/system/cpu/cpu0/cache/index3/size")).read_text().strip()
+    except OSError:
+        size = _sysctl("-n", "hw.l3cachesize")
+        return f"{int(size) // 1024}K" if size and size.isdigit() and int(size) > 0 else "unknown"
+
+
+def cpu_name() -> str:
+    return _cpuinfo("model name") or _sysctl("-n", "machdep.cpu.brand_string") or platform.processor() \
+        or platform.machine()
 
 
 def cpu_fingerprint() -> dict:
     """What decides which tree pays on a CPU (model, vector and matrix ISA, cores, L3); equal
-    fingerprints share a tuning."""
+    fingerprints share a tuning. On Linux x86-64 the fields read as they always have (stored tunings
+    keep their ids); NEON is named on arm64."""
     flags = cpu_flags()
-    try:
-        l3 = (Path("/sys/devices/system/cpu/cpu0/cache/index3/size")).read_text().strip()
-    except OSError:
-        l3 = "unknown"
     isa = [name for name, flag in (("avx2", "avx2"), ("avx512", "avx512f"), ("avx512_bf16", "avx512_bf16"),
-                                   ("amx", "amx_bf16")) if flag in flags]
-    return {"cpu": _cpuinfo("model name") or platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "isa": isa, "l3": l3}
+                                   ("amx", "amx_bf16"), ("neon", "asimd")) if flag in flags]
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "isa": isa, "l3": _l3()}
 
 
 def fingerprint_id(fingerprint: dict) -> str:

@@ -1,4 +1,4 @@
-"""Command line: `python -m lab {bench,generate,endtoend,quality,data,train,evaluate,tau,export,tune,run} ...`
+"""Command line: `python -m lab {doctor,bench,generate,endtoend,quality,data,train,evaluate,tau,export,tune,run} ...`
 (see --help of each). Every command's options are one dataclass whose fields make its flags
 (lab/options.py); the decoding commands' live in lab/bench/options.py."""
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .costmodel import choice_path, choice_row, quick_tune, tau_at_tree, tune, t
 from .costmodel.choice import DRAFT_VOCAB
 from .data import chat_ids, load_prompts, mt_bench, prompts_file
 from .decode import decode
+from .doctor import report
 from .drafters.eagle3 import export_head
 from .drafters.heads import check_head, head_names, head_path, load_head
 from .errors import LabError
@@ -285,7 +286,18 @@ class _OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+@dataclass
+class DoctorOptions:
+    """doctor takes no options."""
+
+
+def _doctor(args: argparse.Namespace) -> None:
+    print(report())
+
+
 COMMANDS = {  # name: (help, options, handler)
+    "doctor": ("what this machine will run, one line each, and what to do about each missing piece (seconds)",
+               DoctorOptions, _doctor),
     "bench": ("compare decoding methods on a dataset; prints a table", BenchOptions, _bench),
     "generate": ("stream one answer, coloured by token origin", GenerateOptions, _generate),
     "data": ("build the regenerated ShareGPT training set", DataOptions, _data),

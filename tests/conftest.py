@@ -43,7 +43,7 @@ def trusted_timings(monkeypatch):
     their rounds may disagree on a loaded machine (CI failed that way). The refusal has its own
     test (test_tuning_refuses_rounds_a_busy_machine_made_disagree)."""
     import lab.costmodel.choice as choice
-    monkeypatch.setattr(choice, "agreeing_rounds", lambda rounds, measure: rounds)
+    monkeypatch.setattr(choice, "agreeing_rounds", lambda rounds, measure, **_: rounds)
 
 
 @pytest.fixture(scope="session")

@@ -92,3 +92,47 @@ def test_the_tuner_chooses_ar_where_no_tree_pays_and_decoding_then_drafts_nothin
     setup = Setup(None, None, None, Sampling(), 8, 4, 0, head=object(), eagle_tree=ar)
     assert isinstance(setup.eagle_drafter("eagle2"), NoDraft)
     assert not isinstance(setup.eagle_drafter("eagle2"), EagleDraft)
+
+
+def tiny_tuning(tiny, tokenizer, monkeypatch, slowdown: float):
+    """A quick tuning of the tiny target whose timer returns T(n) = 1 ms * (1 + n / 8), each round `slowdown`
+    times the one before (1: a quiet machine; 1.5: one that never gives two agreeing rounds); returns it as
+    `tree_for_machine` calls it, and the list of rounds timed."""
+    from lab.data import mt_bench
+    from lab.drafters.eagle1 import EagleHead
+    timed = []
+
+    def timer(model, configs, *args, **kwargs):
+        timed.append(len(timed))
+        return {c: 1e-3 * (1 + c[0] / 8) * slowdown ** len(timed) for c in configs}
+    monkeypatch.setattr(choice, "latency_table", timer)
+    monkeypatch.setattr(choice, "forward_latency", lambda model, ks, *a, **kw: {
+        k: v for (k, _), v in timer(model, [(k, True) for k in ks]).items()})
+    monkeypatch.setattr(choice, "may_tune", lambda: True)  # off under pytest: this test enables it
+
+    def quick(path):
+        return choice.tune(tiny, tokenizer, EagleHead(tiny).eval(), prompts=mt_bench(2), max_new_tokens=8, positions=4,
+                           prefix=16, path=path, rank_accuracy=[0.3, 0.1], depths=(2,), top_ks=(1, 2), sizes=(2, 4),
+                           walked=1, extra_rounds=choice.QUICK["extra_rounds"])
+    return quick, timed
+
+
+def test_a_quick_tuning_on_a_busy_machine_takes_more_rounds_then_falls_back_and_caches_nothing(
+        tunings, tiny, tokenizer, monkeypatch):
+    quick, timed = tiny_tuning(tiny, tokenizer, monkeypatch, slowdown=1.5)
+    tree = tree_for_machine("float32", "eagle1", "eagle1", quick)
+    assert (tree.depth, tree.top_k, tree.total_tokens) == choice.CONSERVATIVE
+    assert len(timed) == 3 + choice.QUICK["extra_rounds"]  # the usual three, then the extra ones
+    assert "busy" in tree.source and "nothing cached" in tree.source and "--quick" in tree.source
+    assert "\n" not in tree.source
+    assert not choice.tuning_cache_path("float32", "eagle1").exists()
+
+
+def test_a_quick_tuning_on_a_quiet_machine_is_cached_and_used_later(tunings, tiny, tokenizer, monkeypatch):
+    quick, timed = tiny_tuning(tiny, tokenizer, monkeypatch, slowdown=1.0)
+    tree = tree_for_machine("float32", "eagle1", "eagle1", quick)
+    assert len(timed) == 3 and "tuned now" in tree.source
+    assert choice.tuning_cache_path("float32", "eagle1").exists()
+    again = tree_for_machine("float32", "eagle1", "eagle1", lambda path: pytest.fail("a cached tuning is not redone"))
+    assert (again.depth, again.top_k, again.total_tokens) == (tree.depth, tree.top_k, tree.total_tokens)
+    assert "cache" in again.source

@@ -24,13 +24,15 @@ from ..drafters.heads import head_manifest, rank_accuracy_of
 from ..errors import LabError
 from ..measure import forward_latency, latency_table
 from ..paths import CACHE_DIR, DATA_DIR, fast_mode, shipped_head
-from .costs import agreeing_rounds, monotone, predicted_speedup, spread, verification_pass
+from .costs import BusyMachine, agreeing_rounds, monotone, predicted_speedup, spread, verification_pass
 from .tau import DEPTHS, SIZES, TOP_KS, Continuation, draft_positions, greedy_continuations, measure_trees, walk_tau
 
 CHOICE_PATH = DATA_DIR / "eagle" / "tree_choice.json"
 WALKED = 5  # the best trees by the uniform-position tau that tuning scores again by walking
 QUICK = {"prompts": 6, "max_new_tokens": 48, "positions": 48, "depths": (2, 3, 4), "top_ks": (1, 2, 4),
-         "sizes": (2, 3, 4, 6, 8, 12, 16), "walked": 3}
+         "sizes": (2, 3, 4, 6, 8, 12, 16), "walked": 3, "extra_rounds": 8}
+# A quick tuning on a busy machine takes up to 8 more timing rounds (each a few seconds, together less than
+# the rest of the tuning) before it gives up; decoding then falls back to CONSERVATIVE and caches nothing.
 # a tree must be predicted this much faster than AR: predictions miss the bench by a few percent
 PAYS = 1.05
 CONSERVATIVE = (2, 1, 3)  # where no tuning for the machine exists: a chain of two drafts, cheap to verify
@@ -64,10 +66,11 @@ class TreeChoice:
 def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_tokens: int = 128, positions: int = 160,
          prefix: int = 300, path: Path | None = None, seed: int = 0, rank_accuracy: list[float] | None = None,
          depths=DEPTHS, top_ks=TOP_KS, sizes=SIZES, draft_vocab: int = 0, head_name: str | None = None,
-         walked: int = WALKED) -> dict:
+         walked: int = WALKED, extra_rounds: int = 2) -> dict:
     """Measure T(n), draft costs and tau; pick the dynamic tree with the best predicted speed-up, or AR
     where none pays (PAYS). Returns everything (the static tree's figures at the same budget too) and
-    writes it to `path` unless None. `head_name`: the head's file (default: its kind's shipped one)."""
+    writes it to `path` unless None. `head_name`: the head's file (default: its kind's shipped one).
+    Timing rounds that still disagree after `extra_rounds` more raise BusyMachine, and nothing is written."""
     if prompts is None:
         prompts = mt_bench()[10:30]  # bench uses the first 10: tune on others
     # Interleaved against drift: each of three rounds decodes a third of the AR continuations, then times
@@ -79,7 +82,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
         rounds.append({n: table[(n, True)] for n in [1, *sizes]})
         ar_forwards.append(table[(1, False)])
     rounds = agreeing_rounds(rounds, lambda: forward_latency(target, [1] + list(sizes), prefix=prefix, repeats=5,
-                                                            tree=True))
+                                                            tree=True), extra=extra_rounds)
     measured = {n: min(r[n] for r in rounds) for n in rounds[0]}
     latency = monotone(measured)
     new_tokens = sum(len(c.ids) - c.prompt_len for c in seqs)
@@ -232,16 +235,23 @@ def may_tune() -> bool:
 def tree_for_machine(dtype: str, head: str, kind: str, quick_tune: Callable[[Path], dict] | None) -> TreeChoice:
     """The tree of the head file `head` (of `kind` eagle1 or eagle3), never from another machine's
     tuning: this machine's (`machine_tuning`); else `quick_tune(path)` into the cache where given and
-    `may_tune()`; else the chain CONSERVATIVE. The choice's `source` says which, in one line."""
+    `may_tune()`; else (no tuning allowed, or a quick tuning the busy machine's timings made give up) the
+    chain CONSERVATIVE. The choice's `source` says which, in one line."""
     path, why = machine_tuning(dtype, head)
+    off = "" if may_tune() else " (no tuning runs in tests or fast mode)"
     if path is None and quick_tune is not None and may_tune():
-        path = tuning_cache_path(dtype, head)
         start = time.perf_counter()
-        quick_tune(path)
-        why += f"; tuned now in {time.perf_counter() - start:.0f} s, as `{_tune_command(head, kind, dtype)} --quick`"
+        try:
+            quick_tune(tuning_cache_path(dtype, head))
+            path = tuning_cache_path(dtype, head)
+            why += (f"; tuned now in {time.perf_counter() - start:.0f} s, "
+                    f"as `{_tune_command(head, kind, dtype)} --quick`")
+        except BusyMachine as busy:
+            why += f"; a quick tuning gave up after {time.perf_counter() - start:.0f} s ({busy.rounds} timing " \
+                   "rounds disagreed: the machine is busy), nothing cached"
+            off = " (tune on a quiet machine later)"
     if path is None:
         d, k, n = CONSERVATIVE
-        off = "" if may_tune() else " (no tuning runs in tests or fast mode)"
         return TreeChoice(d, k, n, None, None, draft_vocab=draft_vocab_of(kind),
                           source=f"{why}: a conservative chain {d},{k},{n} instead{off}; tune it: "
                                  f"`{_tune_command(head, kind, dtype)} --quick` (about a minute)")
@@ -257,7 +267,8 @@ def quick_tune(target, tokenizer, head: EagleHead | Eagle3Head, head_name: str, 
     q = QUICK
     return tune(target, tokenizer, head, prompts=mt_bench()[10:10 + q["prompts"]], max_new_tokens=q["max_new_tokens"],
                 positions=q["positions"], path=path, depths=q["depths"], top_ks=q["top_ks"], sizes=q["sizes"],
-                draft_vocab=draft_vocab_of(head.variant), head_name=head_name, walked=q["walked"])
+                draft_vocab=draft_vocab_of(head.variant), head_name=head_name, walked=q["walked"],
+                extra_rounds=q["extra_rounds"])
 
 
 def given_tree(depth: int, top_k: int, total_tokens: int, path: Path | None = None,

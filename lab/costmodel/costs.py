@@ -36,19 +36,27 @@ def spread(rounds: list[dict[int, float]]) -> dict[int, float]:
     return {n: (lambda t: t[1] / t[0] - 1)(sorted(r[n] for r in rounds)) for n in rounds[0]}
 
 
+class BusyMachine(LabError):
+    """Timing rounds that never agreed: the machine was busy, and no tree may be chosen from them."""
+
+    def __init__(self, message: str, rounds: int):
+        super().__init__(message)
+        self.rounds = rounds
+
+
 def agreeing_rounds(rounds: list[dict[int, float]], measure: Callable[[], dict[int, float]], extra: int = 2,
                     tolerance: float = SPREAD_TOLERANCE) -> list[dict[int, float]]:
     """The rounds, once every n's fastest T(n) is reproduced by another within `tolerance` (a busy machine
-    makes rounds disagree). Adds up to `extra` rounds from `measure`, then raises LabError."""
+    makes rounds disagree). Adds up to `extra` rounds from `measure`, then raises BusyMachine."""
     for attempt in range(extra + 1):
         n, worst = max(spread(rounds).items(), key=lambda kv: kv[1])
         if worst <= tolerance:
             return rounds
         if attempt < extra:
             rounds = rounds + [measure()]
-    raise LabError(f"the fastest two timings of T({n}) differ by {worst:.0%} after {len(rounds)} rounds (tolerance "
-                   f"{tolerance:.0%}): the machine is busy; stop other jobs and rerun `python -m lab tune tree`, "
-                   "or pass --eagle-tree")
+    raise BusyMachine(f"the fastest two timings of T({n}) differ by {worst:.0%} after {len(rounds)} rounds "
+                      f"(tolerance {tolerance:.0%}): the machine is busy; stop other jobs and rerun "
+                      "`python -m lab tune tree`, or pass --eagle-tree", len(rounds))
 
 
 def predicted_speedup(row: dict, latency: dict[int, float], commit: float, ar_forward: float, loop: float,

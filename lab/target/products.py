@@ -7,10 +7,7 @@ a row's allowed keys, SwiGLU), compiled once per source, CPU and compiler."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
 import platform
-import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -19,8 +16,8 @@ import torch
 
 from ..artifacts import cpu_flags
 from ..errors import LabError
-from ..paths import CACHE_DIR
 from ..timing import Seconds
+from .build import compile_library
 
 
 # Rows per packed-linear call: oneDNN may take another kernel for one row, 2..32 rows gave identical
@@ -43,37 +40,17 @@ def bf16_support() -> str | None:
     return None
 
 
+_I64, _PTR, _F32, _I32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
+SIGNATURES = {"add_norm": [_PTR, _PTR, _PTR, _F32, _PTR, _I64, _I64, _I32],
+              "rope_into_cache": [_PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _I32],
+              "tree_attention": [_PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _I32],
+              "swiglu": [_PTR, _PTR, _I64, _I64, _I32],
+              "linear_bf16": [_PTR, _PTR, _PTR, _I64, _I64, _I64, _I32]}
+
+
 def _compile() -> ctypes.CDLL:
-    """Build lab/target/csrc/exact_ops.c once per source, CPU and compiler (gcc -O3 -march=native)
-    into .cache/kernels/, atomically, and load it."""
-    source = SOURCE.read_bytes()
-    try:
-        compiler = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as err:
-        raise LabError(f"the exact engine compiles a C file and needs gcc ({err}): install gcc, "
-                       "or use --dtype float32 (the transformers engine)") from None
-    key = hashlib.sha256(source + compiler.encode() + " ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
-    out = CACHE_DIR / "kernels" / f"exact_ops-{key}.so"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-        cmd = ["gcc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", str(SOURCE), "-o", str(tmp), "-lm"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[-200:])
-            raise LabError(f"compiling {SOURCE.name} failed: {first.strip()}")
-        tmp.rename(out)
-    # torch has loaded its libgomp already; the library binds to the same OpenMP runtime
-    lib = ctypes.CDLL(str(out))
-    i64, ptr, f32, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
-    signatures = {"add_norm": [ptr, ptr, ptr, f32, ptr, i64, i64, i32],
-                  "rope_into_cache": [ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i32],
-                  "tree_attention": [ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, f32, i32],
-                  "swiglu": [ptr, ptr, i64, i64, i32],
-                  "linear_bf16": [ptr, ptr, ptr, i64, i64, i64, i32]}
-    for name, args in signatures.items():
-        getattr(lib, name).argtypes, getattr(lib, name).restype = args, None
-    return lib
+    """lab/target/csrc/exact_ops.c built with the lab's portable build command (lab/target/build.py)."""
+    return compile_library(SOURCE, SIGNATURES)
 
 
 _LIB: ctypes.CDLL | None = None
