@@ -5,7 +5,9 @@ once; transformers' bfloat16 path does not (library kernels pick their blocking 
 linears are `lab.target.products`' row-invariant products, the rest runs row by row in
 csrc/exact_ops.c (float32 residual stream and RMSNorm, RoPE, SwiGLU, attention per (row, head) over
 its allowed keys in cache order); a float32 KV cache grown by doubling. So AR, a chain and a tree
-give bit-identical logits and hidden states for the same position (tests/test_exact.py checks it)."""
+give bit-identical logits and hidden states for the same position (tests/test_exact.py checks it).
+`forward_batch` takes its arithmetic from the weights object: `PackedLlama` here, `QuantLlama` (the
+GGUF's own blocks, lab/target/quant.py) for `QuantEngine`."""
 from __future__ import annotations
 
 import torch
@@ -47,7 +49,7 @@ class PackedLlama:
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
-        self.inner = cfg.intermediate_size
+        self.hidden, self.inner = cfg.hidden_size, cfg.intermediate_size
         if self.head_dim % 16 or cfg.hidden_size % 16 or self.heads % self.kv_heads or self.heads > 8 * self.kv_heads:
             raise LabError("the exact engine needs head and hidden sizes that are multiples of 16 and at most 8 query "
                            "heads per KV head; use --dtype float32")
@@ -64,6 +66,22 @@ class PackedLlama:
             self._lm_head = pack(self.model.lm_head.weight)
         return self._lm_head
 
+    act_dtype = torch.bfloat16  # the linears' inputs (normed, attended, SwiGLU's output)
+
+    def kernels(self) -> tuple:
+        """The compiled per-row operations and the product, looked up per forward (`products.step_seconds`
+        swaps in timed ones)."""
+        return products.ops(), products.packed_linear
+
+    def embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The embedding rows of token ids [n] as float32 [n, hidden]."""
+        return self.embed[ids].to(torch.float32)
+
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of RoPE's angles for `positions` [n], each [n, head_dim] (the half-split pairing)."""
+        angle = positions.reshape(-1, 1).float() * self.inv_freq
+        return torch.cat([angle.cos()] * 2, -1).contiguous(), torch.cat([angle.sin()] * 2, -1).contiguous()
+
     @classmethod
     def of(cls, model: LlamaForCausalLM) -> "PackedLlama":
         packed = getattr(model, "_lab_packed", None)
@@ -78,8 +96,10 @@ class ExactEngine:
     Llama, batch-invariant: a position's logits (float32) and hidden states (bfloat16) are the same
     bits whether it is scored alone, in a chain or in a tree."""
 
-    def __init__(self, model: LlamaForCausalLM, capacity: int = 1024):
-        self.model, self.w = model, PackedLlama.of(model)
+    def __init__(self, model: LlamaForCausalLM | None, capacity: int = 1024, weights=None):
+        """`weights`: another arithmetic for the same forward (quant.py's `QuantLlama`); by default the
+        model's `PackedLlama`."""
+        self.model, self.w = model, weights if weights is not None else PackedLlama.of(model)
         self.scale = self.w.head_dim ** -0.5
         self.forwards = 0
         self._allocate(capacity)
@@ -135,44 +155,42 @@ def forward_batch(requests: list[Request]) -> list[Scored]:
     if not engines or len({id(e) for e in engines}) != len(engines):
         raise ValueError("forward_batch takes one request for each of several distinct engines")
     if not all(isinstance(e, ExactEngine) for e in engines):
-        raise ValueError("forward_batch runs on exact engines (lab.target.load.engine_for of a bfloat16 model)")
-    w, lib, threads = engines[0].w, products.ops(), torch.get_num_threads()
+        raise ValueError("forward_batch runs on exact engines (lab.target.load.engine_for of a bfloat16 or q4_1 "
+                         "model)")
+    w, threads = engines[0].w, torch.get_num_threads()
     if any(e.w is not w for e in engines):
         raise ValueError("forward_batch takes engines of one model")
     hidden_layers, logits = requests[0].hidden_layers, requests[0].logits
-    linear = products.packed_linear  # looked up per call: `products.step_seconds` times it
+    lib, linear = w.kernels()
     if any((r.hidden_layers, r.logits) != (hidden_layers, logits) for r in requests):
         raise ValueError("forward_batch takes requests for the same hidden layers and logits")
-    xs, allowed, angles, spans = [], [], [], []
+    xs, allowed, positions, spans = [], [], [], []
     for engine, r in zip(engines, requests):
         if r.embeds is None:
-            xs.append(w.embed[torch.as_tensor(r.tokens, dtype=torch.long).reshape(-1)].to(torch.float32))
+            xs.append(w.embed_rows(torch.as_tensor(r.tokens, dtype=torch.long).reshape(-1)))
         else:
-            xs.append(r.embeds.reshape(-1, w.embed.shape[1]).to(torch.float32))
+            xs.append(r.embeds.reshape(-1, w.hidden).to(torch.float32))
         n, start = xs[-1].shape[0], engine.length
         allowed.append(allowed_keys(r.mask, n, start).to(torch.uint8).contiguous())
-        positions = torch.arange(start, start + n) if r.positions is None else r.positions
-        angles.append(positions.reshape(-1, 1).float() * w.inv_freq)
+        positions.append(torch.arange(start, start + n) if r.positions is None else r.positions.reshape(-1))
         if start + n > engine.capacity:
             engine._allocate(max(2 * engine.capacity, start + n))
         first = spans[-1][1] if spans else 0
         spans.append((first, first + n))
     x = torch.cat(xs).contiguous()  # the residual stream, updated in place
     n, width = x.shape
-    angle = torch.cat(angles)
-    cos, sin = torch.cat([angle.cos()] * 2, -1).contiguous(), torch.cat([angle.sin()] * 2, -1).contiguous()
+    cos, sin = w.rotary(torch.cat(positions))
     hq, hkv, d = w.heads, w.kv_heads, w.head_dim
     # the linears' inputs have at least w.min_rows rows, the rows past n zero (packed_linear
     # would pad each call otherwise); the C operations read and write the first n rows only
     rows = max(n, w.min_rows)
-    normed = torch.zeros(rows, width, dtype=torch.bfloat16)
+    normed = torch.zeros(rows, width, dtype=w.act_dtype)
     q = torch.empty(n, hq, d)
     attended = torch.zeros(rows, hq * d, dtype=torch.bfloat16)
-    act = torch.zeros(rows, w.inner, dtype=torch.bfloat16)
+    act = torch.zeros(rows, w.inner, dtype=w.act_dtype)
     hidden, delta = {}, None
     x_ptr, normed_ptr, act_ptr = x.data_ptr(), normed.data_ptr(), act.data_ptr()
     # each sequence's rows of q, cos, sin, the qkv rows and the attention output, as pointers
-    qkv_width = (hq + 2 * hkv) * d
     row_ptrs = [(q[a].data_ptr(), cos[a].data_ptr(), sin[a].data_ptr(), attended[a].data_ptr(), a, b - a, m.data_ptr())
                 for (a, b), m in zip(spans, allowed)]
     for i, layer in enumerate(w.layers):
@@ -180,10 +198,11 @@ def forward_batch(requests: list[Request]) -> list[Scored]:
         if i in hidden_layers:
             hidden[i] = x.to(torch.bfloat16)
         qkv = linear(normed, layer.qkv)
+        qkv_ptr, qkv_row = qkv.data_ptr(), qkv.stride(0) * qkv.element_size()  # bfloat16 or float32 products
         for engine, (q_ptr, cos_ptr, sin_ptr, out_ptr, a, rows_a, allowed_ptr) in zip(engines, row_ptrs):
             keys, values = engine._cache_ptrs[i]
             start = engine.length
-            lib.rope_into_cache(qkv.data_ptr() + a * qkv_width * 2, cos_ptr, sin_ptr, q_ptr, keys, values, rows_a,
+            lib.rope_into_cache(qkv_ptr + a * qkv_row, cos_ptr, sin_ptr, q_ptr, keys, values, rows_a,
                                 hq, hkv, d, engine.capacity, start, threads)
             lib.tree_attention(q_ptr, keys, values, allowed_ptr, out_ptr, rows_a, hq, hkv, d, engine.capacity,
                                start + rows_a, engine.scale, threads)
@@ -194,7 +213,7 @@ def forward_batch(requests: list[Request]) -> list[Scored]:
         delta = linear(act, layer.down)
     lib.add_norm(x_ptr, _ptr(delta), _ptr(w.norm), w.eps, normed_ptr, n, width, threads)
     if len(w.layers) in hidden_layers:
-        hidden[len(w.layers)] = normed[:n]
+        hidden[len(w.layers)] = normed[:n].to(torch.bfloat16)
     for engine, (a, b) in zip(engines, spans):
         engine.length += b - a
         engine.forwards += 1
