@@ -67,7 +67,8 @@ class DecodeOptions:
     kernel: str | None = opt(None, "verification: torch reference or Triton kernels (default: triton on a GPU, "
                                    "torch on CPU)", choices=["torch", "triton"])
     dtype: str = opt("float32", "the target's weights and activations (bfloat16 uses the CPU's matrix units, "
-                                "where it has them, for multi-token forwards)", choices=["float32", "bfloat16"])
+                                "where it has them, for multi-token forwards; q4_1: the GGUF's own blocks, Q4_1 "
+                                "layers and the Q8_0 embedding and LM head)", choices=["float32", "bfloat16", "q4_1"])
     target: str = opt("smollm2", "`tiny` is a random 2-layer Llama for smoke tests (its draft is untrained)",
                       choices=["smollm2", "tiny"])
     engine: str = opt("auto", "the target forward: auto (bfloat16 on the CPU runs the exact engine, "

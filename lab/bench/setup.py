@@ -16,7 +16,7 @@ from ..errors import LabError
 from ..judge.probe import load_judge
 from ..sampling import Sampling
 from ..timing import fastest
-from ..target.load import load_draft, load_target, load_tokenizer, make_draft, tiny_target
+from ..target.load import QUANT, load_draft, load_target, load_tokenizer, make_draft, tiny_target
 from ..verify.lossy import JudgeRule
 from .options import DecodeOptions, tree_triple
 
@@ -163,6 +163,8 @@ def load_setup(options: DecodeOptions, methods: list[str]) -> Setup:
     need_draft = any(m in NEEDS_DRAFT for m in methods)
     device = o.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if o.target == "tiny":
+        if o.dtype == QUANT:
+            raise LabError("--target tiny has no GGUF file: use --dtype float32 or bfloat16 with it")
         target = tiny_target(0).to(getattr(torch, o.dtype))
         draft = make_draft(target, 1) if need_draft else None
     else:

