@@ -1,7 +1,9 @@
 """The experiment registry behind `python -m lab run`: every result file can be rerun, by the
 experiment that lists it or by the command recorded inside it, and that command writes that very
-file; a step whose file exists is skipped; unknown names are one-line errors."""
+file (one check over every file, naming each that fails); a step whose file exists is skipped;
+unknown names are one-line errors."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,17 +15,51 @@ from lab.paths import ROOT
 RESULTS = sorted((ROOT / "data" / "results").glob("*.json"))
 
 
-@pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
-def test_every_result_file_reruns_by_its_experiment_or_its_recorded_command(path):
-    relative = path.relative_to(ROOT).as_posix()
-    command = recorded_command(path)
-    made_by = experiment_of(relative)
-    if made_by:
-        name, step = made_by
-        assert step in EXPERIMENTS[name].steps and step.out == relative
-    else:
-        assert command == json.loads(path.read_text())["command"]
-        assert f"--json {relative}" in command, f"{relative} records a command that writes another file"
+def rerun_problems(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """Every result file (under `root`) that cannot be rerun: the experiment that lists it does not
+    hold the step that makes it, or it records no command, or a command that writes another file."""
+    found = []
+    for path in paths:
+        relative = path.relative_to(root).as_posix()
+        made_by = experiment_of(relative)
+        if made_by:
+            name, step = made_by
+            if step not in EXPERIMENTS[name].steps or step.out != relative:
+                found.append(f"{relative}: experiment {name} does not hold the step that makes it")
+            continue
+        try:
+            command = recorded_command(path)
+        except LabError as error:  # no command recorded and no experiment makes it
+            found.append(f"{relative}: {error}")
+            continue
+        if command != json.loads(path.read_text())["command"]:
+            found.append(f"{relative}: recorded_command gives {command!r}, not the command inside the file")
+        if f"--json {relative}" not in command:
+            found.append(f"{relative}: records a command that writes another file: {command!r}")
+    return found
+
+
+def test_every_result_file_reruns_by_its_experiment_or_its_recorded_command():
+    assert RESULTS, "no result files under data/results"
+    found = rerun_problems(RESULTS)
+    assert not found, "\n".join(found)
+
+
+def test_a_result_file_that_cannot_be_rerun_is_reported(tmp_path):
+    # copies of a real result kept by its recorded command alone, under names no experiment lists
+    real = next(p for p in RESULTS if experiment_of(p.relative_to(ROOT).as_posix()) is None)
+    record = json.loads(real.read_text())
+    results = tmp_path / "data" / "results"
+    results.mkdir(parents=True)
+    planted = {"elsewhere.json": {**record, "command": record["command"] + " --json data/results/other.json"},
+               "silent.json": {k: v for k, v in record.items() if k != "command"},
+               "good.json": {**record, "command": "bench --json data/results/good.json"}}
+    for name, content in planted.items():
+        (results / name).write_text(json.dumps(content))
+    found = rerun_problems(sorted(results.glob("*.json")), root=tmp_path)
+    assert len(found) == 2, found
+    assert found[0].startswith("data/results/elsewhere.json: records a command that writes another file")
+    assert found[1].startswith("data/results/silent.json:") and "records no command" in found[1]
 
 
 def test_the_command_line_lists_and_dry_runs(capsys, monkeypatch):
