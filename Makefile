@@ -36,18 +36,24 @@ setup-clang:
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang)) \
 		|| echo "[setup-clang] could not install clang: tests/test_build.py's clang comparison will be skipped"
 
-# llama.cpp for the llamacpp methods: llama-cpp-python built from its source (~10 min; AMX off: it faults on
-# some of these CPUs; AVX-512 where this CPU has it, since a build with it faults on a CPU without), and the
-# source's own conversion script and gguf package unpacked into .cache/llama.cpp (the BF16 and Q4_0 files).
+# llama.cpp for the llamacpp methods: llama-cpp-python built from its source for this CPU's own instruction sets
+# (~10 min; GGML_NATIVE, AMX off: it faults on some of these CPUs), llama-bench built from the same vendored
+# source into .cache/llama.cpp/build/bin, and the source's conversion script and gguf package unpacked into
+# .cache/llama.cpp (the BF16 and Q4_0 files).
 LLAMACPP := llama_cpp_python-0.3.36
-AVX512 := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo ON || echo OFF)
+GGML_FLAGS := -DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 peers: setup
 	$(PY) -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d .cache/llama.cpp
-	$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
-		-DGGML_AMX_BF16=OFF -DGGML_AVX512=$(AVX512)" $(PY) -m pip install --quiet --no-cache-dir .cache/llama.cpp/$(LLAMACPP).tar.gz
+	$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="$(GGML_FLAGS)" \
+		$(PY) -m pip install --quiet --no-cache-dir .cache/llama.cpp/$(LLAMACPP).tar.gz
 	tar -xzf .cache/llama.cpp/$(LLAMACPP).tar.gz -C .cache/llama.cpp --strip-components=3 \
 		$(addprefix $(LLAMACPP)/vendor/llama.cpp/,convert_hf_to_gguf.py conversion gguf-py)
 	$(PY) -m pip install --quiet sentencepiece==0.2.3
+	test -x .cache/llama.cpp/build/bin/llama-bench || (tar -xzf .cache/llama.cpp/$(LLAMACPP).tar.gz -C .cache/llama.cpp \
+		$(LLAMACPP)/vendor/llama.cpp && cmake -S .cache/llama.cpp/$(LLAMACPP)/vendor/llama.cpp \
+		-B .cache/llama.cpp/build $(GGML_FLAGS) -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+		-DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release > /dev/null \
+		&& cmake --build .cache/llama.cpp/build --target llama-bench -j 2 > /dev/null)
 
 # AR, prompt lookup and EAGLE-2 on 4 MT-Bench prompts, on the exact bfloat16 engine (its tree from this machine's tuning).
 demo: setup

@@ -15,6 +15,7 @@ from .bench import (METHODS, drafting_line, format_breakdown, format_table, is_m
                     run_bench, verification_line)
 from .bench.batch import batch_sizes, format_batch_table, run_batch_bench
 from .bench.endtoend import format_end_to_end, parse_settings, run_end_to_end
+from .bench.fidelity import fidelity, format_fidelity
 from .bench.options import BenchOptions, EndToEndOptions, GenerateOptions, method_list, positive, tree_triple
 from .costmodel import choice_path, choice_row, quick_tune, tau_at_tree, tune, tuning_cache_path
 from .costmodel.choice import DRAFT_VOCAB
@@ -28,7 +29,7 @@ from .experiments import listing, rerun, run as run_experiment
 from .judge.sweep import format_quality, quality_sweep
 from .measure import parameter_bytes, read_bandwidth
 from .options import add_options, from_args, opt, recorded
-from .paths import EAGLE3_SHIPPED, fast_mode, shipped_head
+from .paths import DATA_DIR, EAGLE3_SHIPPED, fast_mode, shipped_head
 from .target.load import engine_for, load_target, load_tokenizer
 from .train.distill import train_draft
 from .train.eagle import train_head
@@ -102,6 +103,15 @@ class QualityOptions:
                                  ".cache)")
     judge: str = opt("judge", "the judge head data/judge/NAME.json (judge: the shipped one); another head's judge "
                               "runs are added to the file under its name, the other runs shared")
+
+
+@dataclass
+class FidelityOptions:
+    configs: str = opt("float32,bfloat16,q4_1,llamacpp,llamacpp-q4_0,llamacpp-bf16",
+                       "comma-separated: the lab's engines by --dtype, llama.cpp's files by method (needs `make peers`)")
+    prompts: int = opt(10, "the first N MT-Bench prompts", parse=positive)
+    new_tokens: int = opt(128, "reply tokens of the float32 reference per prompt", parse=positive)
+    json: str | None = opt(None, "results file (default data/results/fidelity.json)")
 
 
 @dataclass
@@ -271,6 +281,14 @@ def _endtoend(args: argparse.Namespace) -> None:
     print(format_end_to_end(run_end_to_end(o, load_setup(o, method_list(o.methods)))))
 
 
+def _fidelity(args: argparse.Namespace) -> None:
+    o = from_args(FidelityOptions, args)
+    result = fidelity([c for c in o.configs.split(",") if c], o.prompts, o.new_tokens)
+    path = Path(o.json) if o.json else DATA_DIR / "results" / "fidelity.json"
+    write_json(path, {**result, "options": recorded(o)})
+    print(f"{format_fidelity(result)}\nwritten to {repo_path(path)}")
+
+
 def _quality(args: argparse.Namespace) -> None:
     o = from_args(QualityOptions, args)
     tasks, runs = quality_sweep(load_target(), load_tokenizer(), o.per_kind, fast_mode(), o.json and Path(o.json),
@@ -308,6 +326,8 @@ COMMANDS = {  # name: (help, options, handler)
     "tune": ("choose the EAGLE tree size for this machine (cost model)", TuneOptions, _tune),
     "endtoend": ("bench on several datasets and temperatures into one JSON that a rerun resumes (notebook 08)",
                  EndToEndOptions, _endtoend),
+    "fidelity": ("teacher-forced top-1 agreement and mean KL of each engine against the float32 reference, on "
+                 "the reference's own MT-Bench replies", FidelityOptions, _fidelity),
     "quality": ("notebook 07's quality-against-speed sweep (target, draft, SD, Top-K, judge over its threshold, "
                 "EAGLE-1 chain) into one JSON that a rerun resumes", QualityOptions, _quality),
     "run": ("run a named experiment (lab/experiments.py): its steps whose files are missing; --list shows them all",

@@ -89,9 +89,10 @@ def _engine_checks(is_x86: bool) -> list[Check]:
                             "install gcc (or clang) and rerun")]
     todo = "" if openmp_flags(compiler) else ("install gcc, or libomp for clang, for all cores" if is_x86
                                               else "brew install libomp, or gcc, for all cores")
+    seconds = time.perf_counter() - start
+    built = f"built in {seconds:.0f} s" if seconds > 0.5 else "built before"
     return out + [Check("compiler", bool(openmp_flags(compiler)),
-                        f"{compiler.version}, {threads}; the C engine builds "
-                        f"({time.perf_counter() - start:.1f} s)", todo)]
+                        f"{compiler.version}, {threads}; the C engine builds ({built})", todo)]
 
 
 def _disk() -> Check:
