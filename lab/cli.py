@@ -108,7 +108,8 @@ class QualityOptions:
 @dataclass
 class FidelityOptions:
     configs: str = opt("float32,bfloat16,q4_1,llamacpp,llamacpp-q4_0,llamacpp-bf16",
-                       "comma-separated: the lab's engines by --dtype, llama.cpp's files by method (needs `make peers`)")
+                       "comma-separated: the lab's engines by --dtype, llama.cpp's files by method "
+                       "(those need `make peers`)")
     prompts: int = opt(10, "the first N MT-Bench prompts", parse=positive)
     new_tokens: int = opt(128, "reply tokens of the float32 reference per prompt", parse=positive)
     json: str | None = opt(None, "results file (default data/results/fidelity.json)")
