@@ -75,7 +75,9 @@ def _engine_checks(is_x86: bool) -> list[Check]:
     why_not = products.bf16_support()
     out = [Check("float32", True, "transformers engine: torch's own float32 products (the reference)"),
            Check("bfloat16", True, "exact engine: " + ("oneDNN's bfloat16 kernels" if why_not is None
-                                                       else f"the lab's C kernel ({why_not})"))]
+                                                       else f"the lab's C kernel ({why_not})")),
+           Check("q4_1", True, "exact engine on the GGUF's own blocks: integer block dots in "
+                               + _quant_path(cpu_flags()) + " (lab/target/csrc/quant_ops.c)")]
     try:
         compiler = find_compiler()
     except LabError as err:
@@ -93,6 +95,13 @@ def _engine_checks(is_x86: bool) -> list[Check]:
     built = f"built in {seconds:.0f} s" if seconds > 0.5 else "built before"
     return out + [Check("compiler", bool(openmp_flags(compiler)),
                         f"{compiler.version}, {threads}; the C engine builds ({built})", todo)]
+
+
+def _quant_path(flags: set[str]) -> str:
+    """Which integer dot products quant_ops.c compiles to on this CPU (each gives the same bits)."""
+    if {"avx512f", "avx512_vnni"} <= flags:
+        return "AVX-512 VNNI"
+    return "AVX2" if "avx2" in flags else "plain C (no x86 vector instructions)"
 
 
 def _disk() -> Check:
