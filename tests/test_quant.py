@@ -250,7 +250,7 @@ def test_real_greedy_tokens_mostly_agree_with_float32(target_q4, real_ar):
 
 @pytest.mark.slow
 def test_lossless_methods_equal_ar_on_the_engine(tokenizer):
-    """ar, sd, sd-tree, pld and eagle2 through the bench's own setup with --dtype q4_1: the same tokens as
+    """ar, sd, pld and eagle2 (a tree) through the bench's own setup with --dtype q4_1: the same tokens as
     the engine's AR on 2 MT-Bench prompts at temperature 0, in fewer target forwards where drafts land."""
     from test_decode import prompts
 
@@ -259,7 +259,7 @@ def test_lossless_methods_equal_ar_on_the_engine(tokenizer):
     from lab.bench.setup import load_setup
     from lab.decode import decode
     from lab.target.load import engine_for
-    methods = ["ar", "sd", "sd-tree", "pld", "eagle2"]
+    methods = ["ar", "sd", "pld", "eagle2"]
     setup = load_setup(DecodeOptions(dtype="q4_1", eagle_tree="4,4,12", draft_layers=1), methods)
     for prompt in prompts(tokenizer, 2):
         runs = {}
