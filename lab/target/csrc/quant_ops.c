@@ -379,17 +379,21 @@ void rope_into_cache(const float *qkv, const float *cos_, const float *sin_, flo
     }
 }
 
+/* where mask (all ones) a, else b, bit by bit */
+static inline vf pick(vi mask, vf a, vf b) {
+    vi ai, bi;
+    memcpy(&ai, &a, sizeof ai);
+    memcpy(&bi, &b, sizeof bi);
+    ai = (ai & mask) | (bi & ~mask);
+    memcpy(&a, &ai, sizeof a);
+    return a;
+}
+
 /* exp(x) for x <= 0, 16 lanes: x = n ln 2 + r (two-part ln 2), e^r by its degree-7 Taylor polynomial
  * (|r| <= ln 2 / 2), times 2^n built in the exponent bits; below -87 the result is taken at -87 */
 static inline vf expv(vf x) {
-    const vf zero = x - x;
-    const vi low = x < zero - 87.0f;
-    vi xi, li;
-    const vf floor_ = zero - 87.0f;
-    memcpy(&xi, &x, sizeof xi);
-    memcpy(&li, &floor_, sizeof li);
-    xi = (xi & ~low) | (li & low);
-    memcpy(&x, &xi, sizeof x);
+    const vf zero = x - x, floor_ = zero - 87.0f;
+    x = pick(x < floor_, floor_, x);
     const vf n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     const vf r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
     vf p = zero + 1.0f / 5040.0f;
@@ -406,25 +410,30 @@ static inline vf expv(vf x) {
     return p * scale;
 }
 
-/* gate_up float32 [n, 2 inner] (gate, then up) -> silu(gate) * up [n, inner]; silu(g) = g / (1 + e^-g),
- * with e = e^-|g|: g / (1 + e) for g >= 0, g e / (1 + e) below */
+/* silu(g) * u = g / (1 + e^-g) * u, with e = e^-|g|: g / (1 + e) for g >= 0, g e / (1 + e) below */
+static inline vf silu_times(vf g, vf u) {
+    const vi negative = g < (g - g);
+    const vf e = expv(pick(negative, g, -g));
+    return pick(negative, g * e, g) / (1.0f + e) * u;
+}
+
+/* gate_up float32 [n, 2 inner] (gate, then up) -> silu(gate) * up [n, inner], 16 columns at a time (a last
+ * partial block padded with zeros), so a value depends on its own inputs only */
 void swiglu(const float *gate_up, float *out, int64_t n, int64_t inner, int threads) {
 #pragma omp parallel for num_threads(threads) if (n > 4)
     for (int64_t r = 0; r < n; r++) {
         const float *gate = gate_up + r * 2 * inner, *up = gate + inner;
-        for (int64_t c = 0; c < inner; c += LANES) {
+        int64_t c = 0;
+        for (; c + LANES <= inner; c += LANES) {
+            const vf y = silu_times(loadv(gate + c), loadv(up + c));
+            memcpy(out + r * inner + c, &y, sizeof y);
+        }
+        if (c < inner) {
             vf g = {0}, u = {0};
-            const int64_t width = inner - c < LANES ? inner - c : LANES;
-            memcpy(&g, gate + c, sizeof(float) * (size_t)width);
-            memcpy(&u, up + c, sizeof(float) * (size_t)width);
-            const vi negative = g < (g - g);
-            vf absolute = g, e;
-            for (int l = 0; l < LANES; l++) absolute[l] = negative[l] ? -g[l] : g[l];
-            e = expv(-absolute);
-            vf top = g;
-            for (int l = 0; l < LANES; l++) top[l] = negative[l] ? g[l] * e[l] : g[l];
-            const vf y = top / (1.0f + e) * u;
-            memcpy(out + r * inner + c, &y, sizeof(float) * (size_t)width);
+            memcpy(&g, gate + c, sizeof(float) * (size_t)(inner - c));
+            memcpy(&u, up + c, sizeof(float) * (size_t)(inner - c));
+            const vf y = silu_times(g, u);
+            memcpy(out + r * inner + c, &y, sizeof(float) * (size_t)(inner - c));
         }
     }
 }
