@@ -91,7 +91,7 @@ class TuneOptions:
     name: str | None = opt(None, f"the head file data/eagle/NAME.safetensors of that kind (default: eagle1, or "
                                  f"{EAGLE3_SHIPPED})")
     dtype: str = opt("float32", "the target's dtype to tune for (each has its own choice file)",
-                     choices=["float32", "bfloat16"])
+                     choices=["float32", "bfloat16", "q4_1"])
     quick: bool = opt(False, "a smaller grid on 6 prompts (about a minute), kept in .cache/tuning/ for this "
                              "machine's fingerprint instead of data/eagle/")
 
@@ -317,8 +317,6 @@ def _doctor(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {  # name: (help, options, handler)
-    "doctor": ("what this machine will run, one line each, and what to do about each missing piece (seconds)",
-               DoctorOptions, _doctor),
     "bench": ("compare decoding methods on a dataset; prints a table", BenchOptions, _bench),
     "generate": ("stream one answer, coloured by token origin", GenerateOptions, _generate),
     "data": ("build the regenerated ShareGPT training set", DataOptions, _data),
@@ -333,6 +331,8 @@ COMMANDS = {  # name: (help, options, handler)
                  "the reference's own MT-Bench replies", FidelityOptions, _fidelity),
     "quality": ("notebook 07's quality-against-speed sweep (target, draft, SD, Top-K, judge over its threshold, "
                 "EAGLE-1 chain) into one JSON that a rerun resumes", QualityOptions, _quality),
+    "doctor": ("what this machine will run, one line each, and what to do about each missing piece (seconds)",
+               DoctorOptions, _doctor),
     "run": ("run a named experiment (lab/experiments.py): its steps whose files are missing; --list shows them all",
             RunOptions, _run),
 }

@@ -9,9 +9,9 @@ import torch
 
 from .sampling import probabilities
 from .target.engine import Request
-from .target.exact import ExactEngine, forward_batch
+from .target.exact import forward_batch
 from .target.products import step_seconds
-from .target.load import engine_for
+from .target.load import engine_for, exact_engine
 from .theory import acceptance_rate
 from .timing import fastest
 
@@ -131,7 +131,7 @@ def exact_step_latency(model: torch.nn.Module, ks: list[int], prefix: int = 200,
     `prefix` cached tokens (its steps, "other" and "total"), from the fastest of `repeats` runs."""
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
-    engine = ExactEngine(model)
+    engine = exact_engine(model)
     engine.forward(torch.randint(0, vocab, (prefix,), generator=g).tolist())
     out = {}
     for k in ks:
@@ -192,7 +192,7 @@ def exact_batch_latency(model: torch.nn.Module, batches: list[int], ns: list[int
     vocab = model.config.vocab_size
     out = {}
     for b in batches:
-        engines = [ExactEngine(model) for _ in range(b)]
+        engines = [exact_engine(model) for _ in range(b)]
         for engine in engines:
             engine.forward(torch.randint(0, vocab, (prefix,), generator=g).tolist(), logits=False)
         for n in ns:

@@ -11,7 +11,8 @@ import lab.artifacts as artifacts
 import lab.doctor as doctor
 from lab.paths import ROOT
 
-NAMES = ["system", "cpu", "isa", "threads", "float32", "bfloat16", "q4_1", "compiler", "triton", "gpu", "chromium", "disk"]
+NAMES = ["system", "cpu", "isa", "threads", "float32", "bfloat16", "q4_1", "compiler", "triton", "gpu", "chromium",
+         "disk"]
 
 
 def test_doctor_prints_one_line_per_check_in_seconds():

@@ -15,6 +15,7 @@ from ..errors import LabError
 from ..sampling import Sampling
 from ..target.engine import Engine
 from ..target.load import engine_for, engine_kind, load_target, load_tokenizer
+from .llamacpp import _llama_cpp, gguf_file
 from .setup import LLAMACPP_METHODS
 
 ENGINES = ("float32", "bfloat16", "q4_1")  # the lab's, by --dtype; llama.cpp's by method name
@@ -41,7 +42,6 @@ def _lab_scorer(dtype: str):
 
 
 def _llamacpp_scorer(method: str):
-    from .llamacpp import _llama_cpp, gguf_file
     weights, _ = LLAMACPP_METHODS[method]
     threads = torch.get_num_threads()
     llm = _llama_cpp().Llama(model_path=str(gguf_file(weights)), n_ctx=4096, n_threads=threads,

@@ -24,6 +24,7 @@ from ..drafters.heads import head_manifest, rank_accuracy_of
 from ..errors import LabError
 from ..measure import forward_latency, latency_table
 from ..paths import CACHE_DIR, DATA_DIR, fast_mode, shipped_head
+from ..target.load import dtype_name
 from .costs import BusyMachine, agreeing_rounds, monotone, predicted_speedup, spread, verification_pass
 from .tau import DEPTHS, SIZES, TOP_KS, Continuation, draft_positions, greedy_continuations, measure_trees, walk_tau
 
@@ -122,7 +123,7 @@ def tune(target, tokenizer, head: EagleHead | Eagle3Head, prompts=None, max_new_
     result = {"command": command_line(), "commit": git_commit(), "machine": machine(),
               "head": head_name or shipped_head(head.variant),
               "head_weights_sha": head_weights_sha(head_name or shipped_head(head.variant)),
-              "dtype": dtype_name(target.dtype),
+              "dtype": dtype_name(target),
               "tuning_prompts": [p.id for r in range(3) for p in prompts[r::3]],
               "max_new_tokens": max_new_tokens,
               "prefix_tokens_for_latency": prefix, "fast_mode": fast_mode(),
@@ -154,11 +155,6 @@ def _walk(row: dict, drafter: EagleDraft, seqs: list[Continuation], costs: tuple
     """Add a tuning row's walked tau and the speed-up predicted from it beside its uniform-root ones."""
     row["walked_tau"] = walk_tau(drafter, seqs, row["depth"])
     row["walked_predicted_speedup"] = predicted_speedup({**row, "tau": row["walked_tau"]}, *costs)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """torch.bfloat16 -> "bfloat16", the name the command line and the choice files use."""
-    return str(dtype).removeprefix("torch.")
 
 
 def choice_path(dtype: str = "float32", head: str = "eagle1") -> Path:

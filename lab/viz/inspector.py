@@ -207,7 +207,7 @@ class DraftTreeInspector(widgets.VBox):
 
     def _shipped_tree(self) -> tuple[int, int, int]:
         """The tree the setup carries, else the shipped tuning for the target's dtype."""
-        choice = self.setup.eagle_tree or load_choice(dtype=dtype_name(self.setup.target.dtype))
+        choice = self.setup.eagle_tree or load_choice(dtype=dtype_name(self.setup.target))
         return choice.depth, choice.top_k, choice.total_tokens
 
     def _decode(self, _change: dict | None = None) -> None:

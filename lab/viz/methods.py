@@ -43,7 +43,7 @@ def inspected_drafter(setup: Setup, method: str, depth: int, top_k: int, total: 
         setup.judge = JudgeRule(*load_judge(setup.target))
     if method in ("sd", "sd-tree", "pld", "pld-tree", "lookahead", "medusa", *LOSSY):
         return make_drafter(setup, method)
-    dtype = dtype_name(setup.target.dtype)
+    dtype = dtype_name(setup.target)
     if method == "eagle3":
         if setup.head3 is None:
             name = shipped_head("eagle3")
