@@ -16,6 +16,7 @@ from .artifacts import atomic_write, ignored_by_git, repo_path
 from .bench import format_table, head_file, verification_line
 from .bench.batch import batch_headline, format_batch_table
 from .bench.endtoend import format_end_to_end
+from .bench.fidelity import format_fidelity
 from .bench.llamacpp import llamacpp_headline
 from .bench.report import compare_pair, format_repeats
 from .costmodel import choice_row
@@ -295,7 +296,21 @@ def _judge_quality() -> list[str]:
 
 
 # the README's generated blocks: marker name -> renderer
-README_BLOCKS = {"notebook-times": render_notebook_times, "headline": render_headline}
+FIDELITY = RESULTS_DIR / "fidelity.json"  # `make run E=bench-llamacpp`, its last step
+
+
+def render_fidelity() -> str:
+    """The README's quality table: every engine of the llama.cpp comparison against the float32 reference."""
+    if not FIDELITY.exists():
+        return f"(no {repo_path(FIDELITY)} yet: `make run E=bench-llamacpp` writes it)"
+    result = _load(FIDELITY)
+    m = result["machine"]
+    return (f"Teacher-forced on the float32 reference's own greedy replies to the first {result['prompts']} MT-Bench "
+            f"prompts ({result['new_tokens']} tokens each), `{result['command']}` on {m['cpu']}, {m['cores']} cores:"
+            f"\n\n{format_fidelity(result)}")
+
+
+README_BLOCKS = {"notebook-times": render_notebook_times, "headline": render_headline, "fidelity": render_fidelity}
 
 
 def render_readme(text: str) -> str:

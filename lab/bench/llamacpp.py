@@ -156,11 +156,17 @@ def llamacpp_headline(runs: list[dict]) -> str:
         return statistics.median(r["methods"][a]["tokens_per_s"] / r["methods"][b]["tokens_per_s"] for r in runs)
     peers = [m for m in LLAMACPP_METHODS if m in runs[0]["methods"]]
     best = max(peers, key=speed)
-    identical = [r["methods"]["eagle2"].get("identical_to_ar") for r in runs]
-    same = "" if None in identical else f", identical to `ar` on {', '.join(identical)} prompts"
-    bench = (runs[0].get("config", {}).get("methods", {}).get("llamacpp", {}) or {}).get("llama_bench")
+    identical = [[p.get("identical_to_ar") for p in r["methods"]["eagle2"].get("per_prompt", [])] for r in runs]
+    same = "" if not all(identical) else \
+        f", identical to `ar` on {', '.join(f'{sum(map(bool, i))}/{len(i)}' for i in identical)} prompts"
+    settings = runs[0].get("config", {}).get("methods", {})
+    no_tree = " (no tree: this machine's tuning chose AR)" \
+        if str(settings.get("eagle2", {}).get("tree", "")).startswith("none") else ""
+    benches = {m: (settings.get(m) or {}).get("llama_bench") for m in ("llamacpp", "llamacpp-q4_0")}
+    tg128 = ", ".join(f"{bench['tokens_per_s']:.0f} tok/s on the {'Q4_0' if 'q4_0' in m else 'Q4_1'} file"
+                      for m, bench in benches.items() if bench)
     return (f"median of {len(runs)} runs: the lab's `ar` {speed('ar'):.0f} tok/s ({over('ar', 'llamacpp'):.2f}x "
             f"llama.cpp's greedy decoding of the same Q4_1 file, {speed('llamacpp'):.0f} tok/s), `eagle2` "
-            f"{speed('eagle2'):.0f} tok/s ({over('eagle2', 'llamacpp'):.2f}x it{same}); llama.cpp's fastest "
+            f"{speed('eagle2'):.0f} tok/s{no_tree} ({over('eagle2', 'llamacpp'):.2f}x it{same}); llama.cpp's fastest "
             f"configuration, `{best}`, {speed(best):.0f} tok/s (`eagle2` {over('eagle2', best):.2f}x it)"
-            + (f"; `llama-bench` tg128 on the Q4_1 file {bench['tokens_per_s']:.0f} tok/s" if bench else ""))
+            + (f"; `llama-bench` tg128 (no prompt) {tg128}" if tg128 else ""))
