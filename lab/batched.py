@@ -25,7 +25,7 @@ def decode_batch(targets: list, drafters: list, prompts: list[list[int]], max_ne
     Each result's `seconds` runs from the batch's start to that sequence's last token; its phase
     seconds count the batch's shared forwards whole."""
     if not all(isinstance(t, ExactEngine) for t in targets):
-        raise LabError("batched decoding runs on the exact bfloat16 engine: use --dtype bfloat16")
+        raise LabError("batched decoding runs on an exact engine: use --dtype bfloat16 or q4_1")
     if not (len(targets) == len(drafters) == len(prompts) == len(seeds)):
         raise ValueError("decode_batch takes one engine, one drafter and one seed per prompt")
     if len({id(d) for d in drafters}) != len(drafters) or len({id(t) for t in targets}) != len(targets):

@@ -250,17 +250,20 @@ def test_real_greedy_tokens_mostly_agree_with_float32(target_q4, real_ar):
 
 @pytest.mark.slow
 def test_lossless_methods_equal_ar_on_the_engine(tokenizer):
-    """ar, sd, pld and eagle2 (a tree) through the bench's own setup with --dtype q4_1: the same tokens as
-    the engine's AR on 2 MT-Bench prompts at temperature 0, in fewer target forwards where drafts land."""
+    """Every lossless method through the bench's own setup with --dtype q4_1: the same tokens as the engine's
+    AR on 2 MT-Bench prompts at temperature 0, in fewer target forwards where drafts land; and the prompts
+    decoded as one batch (ar and eagle2), each sequence equal to its own decoding."""
     from test_decode import prompts
 
     from lab.bench.methods import make_drafter
     from lab.bench.options import DecodeOptions
+    from lab.batched import decode_batch
     from lab.bench.setup import load_setup
     from lab.decode import decode
     from lab.target.load import engine_for
-    methods = ["ar", "sd", "pld", "eagle2"]
+    methods = ["ar", "sd", "sd-tree", "pld", "pld-tree", "lookahead", "medusa", "eagle1", "eagle2", "eagle3"]
     setup = load_setup(DecodeOptions(dtype="q4_1", eagle_tree="4,4,12", draft_layers=1), methods)
+    alone = []
     for prompt in prompts(tokenizer, 2):
         runs = {}
         for method in methods:
@@ -269,6 +272,12 @@ def test_lossless_methods_equal_ar_on_the_engine(tokenizer):
                                   tokenizer.eos_token_id)
         assert all(runs[m].tokens == runs["ar"].tokens for m in methods), {m: r.tokens for m, r in runs.items()}
         assert runs["eagle2"].cycles < runs["ar"].cycles
+        alone.append(runs["ar"].tokens)
+    for method in ("ar", "eagle2"):
+        drafters = [make_drafter(setup, method)[0] for _ in alone]
+        batch = decode_batch([engine_for(setup.target) for _ in alone], drafters, prompts(tokenizer, 2), 32,
+                             setup.sampling, make_drafter(setup, method)[1], [0, 0], tokenizer.eos_token_id)
+        assert [r.tokens for r in batch] == alone, method
 
 
 # ---- builds --------------------------------------------------------------------------------
