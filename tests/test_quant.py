@@ -287,9 +287,11 @@ def test_lossless_methods_equal_ar_on_the_engine(tokenizer):
 def test_every_build_computes_the_same_bits(tiny_gguf, monkeypatch):
     """csrc/quant_ops.c built for x86-64 (no AVX: plain C, also the path of other CPUs), x86-64-v3 (AVX2:
     maddubs/madd) and this CPU (here AVX-512 VNNI): the products, and forwards of the tiny GGUF and of the
-    shipped file (a chain, then a tree, with hidden states), give the same bits in each. Attention still
-    comes from exact_ops.c's build for this CPU, whose softmax sum folds by its vector width."""
+    shipped file (a chain, then a tree, with hidden states), give the same bits in each, attention and the
+    other per-row operations of exact_ops.c built for the same level (its softmax sums in 16 fixed lanes)."""
+    import lab.target.products as products
     import lab.target.quant as quant
+    from lab.target.build import compile_library
     from lab.target.load import GGUF_NAME, wheel_file
     weights = {kind: random_weight(72, 576, kind, seed=9)[0] for kind in KINDS}
     x = torch.randn(6, 576, generator=torch.Generator().manual_seed(9))
@@ -298,6 +300,7 @@ def test_every_build_computes_the_same_bits(tiny_gguf, monkeypatch):
     results, libraries = {}, set()
     for march in ("x86-64", "x86-64-v3", None):
         monkeypatch.setattr(quant, "_library", lambda lib=quant.compile_ops(march): lib)
+        monkeypatch.setattr(products, "_LIB", compile_library(products.SOURCE, products.SIGNATURES, march=march))
         libraries.add(quant._library()._name)
         out = [quant_linear(x, w) for w in weights.values()]
         for model in (tiny_gguf[1], real):

@@ -165,14 +165,6 @@ static inline vf expv(vf x) {
 
 #define MAX_GROUP 8 /* query heads per KV head the attention kernel takes (checked in Python) */
 
-static inline float fold(vf v) {
-    float lane[LANES];
-    memcpy(lane, &v, sizeof lane);
-    for (int w = LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
-    return lane[0];
-}
-
 /* The attention below for R (1 or 2) rows of one KV head: row i has keys[i], its m[i] allowed
  * positions, p[i] a scratch of group x padded floats, q[i] its group of queries and o[i] its
  * output; block is a d x LANES scratch. The first `shared` entries (a multiple of LANES) of the rows'
@@ -225,7 +217,8 @@ static inline __attribute__((always_inline)) void attend_rows(
                 }
         }
     }
-    /* 3. softmax: the max (exact in any order), exp, a LANES-lane sum folded in halves */
+    /* 3. softmax: the max (exact in any order), exp, and the sum in 16 fixed lanes (key j in lane j % 16)
+     *    folded in halves, whatever LANES is: an AVX2 build (8) adds in the order an AVX-512 one (16) does */
     for (int i = 0; i < R; i++) {
         const int64_t blocks = (m[i] + LANES - 1) / LANES;
         for (int h = 0; h < group; h++) {
@@ -238,15 +231,17 @@ static inline __attribute__((always_inline)) void attend_rows(
             float top = -INFINITY;
             for (int l = 0; l < LANES && l < m[i]; l++) top = topv[l] > top ? topv[l] : top;
             for (int64_t j = m[i] / LANES * LANES; j < m[i]; j++) top = ph[j] > top ? ph[j] : top;
-            vf total = {0};
+            float total[16] = {0};
             for (int64_t b = 0; b < blocks; b++) {
                 vf e = expv(loadv(ph + b * LANES) - top);
                 if (b == blocks - 1)
                     for (int l = (int)(m[i] - b * LANES); l < LANES; l++) e[l] = 0.0f;
                 memcpy(ph + b * LANES, &e, sizeof e);
-                total += e;
+                for (int l = 0; l < LANES; l++) total[(b * LANES + l) % 16] += e[l];
             }
-            const float inv = 1.0f / fold(total);
+            for (int w = 8; w > 0; w /= 2)
+                for (int l = 0; l < w; l++) total[l] += total[l + w];
+            const float inv = 1.0f / total[0];
             for (int64_t j = 0; j < blocks * LANES; j++) ph[j] *= inv;
         }
     }
