@@ -54,7 +54,9 @@ def find_compiler(name: str | None = None) -> Compiler:
 
 
 def arch_flags(march: str | None = None) -> list[str]:
-    """Code generation for this CPU, or for `march` (an x86-64 level such as `x86-64` or `x86-64-v3`)."""
+    """Code generation for this CPU, or for `march` (an x86-64 level such as `x86-64` or `x86-64-v3`), by default
+    the environment's LAB_MARCH: `LAB_MARCH=x86-64-v3` runs on an AVX-512 machine what an AVX2 laptop runs."""
+    march = march or os.environ.get("LAB_MARCH")
     if march:
         return [f"-march={march}"]
     return ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else ["-mcpu=native"]
